@@ -1,0 +1,43 @@
+# captcha-solver — the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV  := .venv
+TOOLS := $(CURDIR)/.tools
+export PATH := $(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: help test demo venv tools lint unit chart e2e bench bench-smoke clean
+
+help:
+	@echo "make demo   - run the whole thing locally: redis + simulator + workers + producer, with a summary"
+	@echo "make test   - install what the tests need (python deps, redis-server, prometheus, helm v3/v4, kubeconform,"
+	@echo "              helm-unittest, checkov, hadolint) and run every test"
+	@echo "make e2e    - chart on a real kube-apiserver + KEDA operator (builds them into .tools/ once)"
+	@echo "make bench  - benchmarks; results in bench/results/, quoted in docs/benchmarks.md"
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml scripts/bootstrap-python.sh
+	scripts/bootstrap-python.sh
+	@touch $@
+
+tools: venv
+	scripts/install-tools.sh
+
+lint: venv
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
+
+test: venv tools lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+
+demo: venv
+	scripts/install-tools.sh --only redis || echo "redis-server not installable: the demo uses its embedded Redis"
+	$(VENV)/bin/captcha-worker demo --tasks $${TASKS:-200}
+
+e2e: venv tools
+	tests/e2e/run.sh
+
+bench: venv tools
+	$(VENV)/bin/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

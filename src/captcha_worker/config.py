@@ -1,0 +1,223 @@
+"""Every setting of the worker, read from the environment.
+
+Bad or missing configuration raises :class:`ConfigError` with one readable sentence naming the variable; the CLI
+prints it on one line and exits with status 2.  Secrets (the API key, the Redis password) are held in
+:class:`Secret` so that ``repr()`` and logs never show them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+DEFAULT_API_URL = "https://ocr.captchaai.com"
+DEFAULT_QUEUE = "captcha"
+_QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid. ``str()`` is one line meant for the operator."""
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A string that never prints itself."""
+
+    value: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self.value else "Secret('')"
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+
+class _Env:
+    """Typed reads from an environment mapping, each failing with a message that names the variable."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def raw(self, name: str) -> str | None:
+        value = self.env.get(name)
+        if value is None:
+            return None
+        value = value.strip()
+        return value or None
+
+    def str(self, name: str, default: str) -> str:
+        return self.raw(name) or default
+
+    def required(self, name: str, hint: str) -> str:
+        value = self.raw(name)
+        if value is None:
+            raise ConfigError(f"{name} is required: {hint}")
+        return value
+
+    def int(self, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
+        text = self.raw(name)
+        if text is None:
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"{name} must be an integer, got {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+            raise ConfigError(f"{name} must be {bound}, got {value}")
+        return value
+
+    def float(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+        text = self.raw(name)
+        if text is None:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"{name} must be a number, got {text!r}") from None
+        if value < minimum or value != value:  # NaN check
+            raise ConfigError(f"{name} must be >= {minimum}, got {text}")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        text = self.raw(name)
+        if text is None:
+            return default
+        lowered = text.lower()
+        if lowered in {"1", "true", "yes", "on"}:
+            return True
+        if lowered in {"0", "false", "no", "off"}:
+            return False
+        raise ConfigError(f"{name} must be true or false, got {text!r}")
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    url: str
+    username: str | None = None
+    password: Secret = Secret("")
+    tls_ca_file: str | None = None
+    tls_insecure: bool = False
+
+    @staticmethod
+    def from_env(env: Mapping[str, str]) -> RedisConfig:
+        e = _Env(env)
+        url = e.str("REDIS_URL", "redis://localhost:6379/0")
+        parts = urlsplit(url)
+        if parts.scheme not in {"redis", "rediss", "unix"}:
+            raise ConfigError(f"REDIS_URL must start with redis://, rediss:// or unix://, got scheme {parts.scheme!r}")
+        if parts.scheme != "unix" and not parts.hostname:
+            raise ConfigError("REDIS_URL has no host (expected redis://host:6379/0)")
+        try:
+            _ = parts.port
+        except ValueError:
+            raise ConfigError("REDIS_URL has an invalid port") from None
+        ca = e.raw("REDIS_TLS_CA_FILE")
+        if ca is not None and not os.path.isfile(ca):
+            raise ConfigError(f"REDIS_TLS_CA_FILE points to a missing file: {ca}")
+        return RedisConfig(
+            url=url,
+            username=e.raw("REDIS_USERNAME"),
+            password=Secret(e.raw("REDIS_PASSWORD") or ""),
+            tls_ca_file=ca,
+            tls_insecure=e.bool("REDIS_TLS_INSECURE", False),
+        )
+
+    def display_url(self) -> str:
+        """The URL with any password replaced, safe for logs and errors."""
+        return redact_url(self.url)
+
+
+def redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.password is not None else f"{parts.username}@"
+    return parts._replace(netloc=user + host).geturl()
+
+
+def queue_name(env: Mapping[str, str]) -> str:
+    name = _Env(env).str("QUEUE_NAME", DEFAULT_QUEUE)
+    if not _QUEUE_RE.match(name):
+        raise ConfigError(f"QUEUE_NAME must be 1-64 letters, digits, '.', '_' or '-', got {name!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    redis: RedisConfig
+    api_key: Secret
+    api_url: str
+    threads: int  # plan threads: the cluster-wide budget
+    concurrency: int  # solve slots in this process
+    queue: str
+    metrics_host: str
+    metrics_port: int
+    lease_seconds: float
+    max_attempts: int
+    orphan_grace_seconds: float
+    result_ttl_seconds: int
+    task_ttl_seconds: int
+    solve_timeout_seconds: float
+    drain_grace_seconds: float
+    unsolvable_retries: int
+    max_task_bytes: int
+    http_timeout_seconds: float
+    threadsinfo_interval_seconds: float
+    compat_results_hash: bool
+    dead_letter_max: int
+    monthly_price: float
+    log_level: str
+
+    @staticmethod
+    def from_env(env: Mapping[str, str] | None = None) -> WorkerConfig:
+        env = os.environ if env is None else env
+        e = _Env(env)
+        key = e.required("CAPTCHAAI_KEY", "the CaptchaAI API key (32 characters)")
+        if len(key) != 32 or not key.isalnum():
+            raise ConfigError(f"CAPTCHAAI_KEY must be 32 letters and digits (got {len(key)} characters)")
+        api_url = e.str("CAPTCHAAI_URL", DEFAULT_API_URL).rstrip("/")
+        parts = urlsplit(api_url)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise ConfigError(f"CAPTCHAAI_URL must be an http(s) URL, got {redact_url(api_url)!r}")
+        threads = e.int("CAPTCHAAI_THREADS", 0, minimum=1) if e.raw("CAPTCHAAI_THREADS") else None
+        if threads is None:
+            raise ConfigError("CAPTCHAAI_THREADS is required: the plan's concurrent threads (e.g. 10)")
+        concurrency = e.int("WORKER_CONCURRENCY", min(threads, 10), minimum=1, maximum=5000)
+        lease = e.float("LEASE_SECONDS", 30.0, minimum=3.0)
+        log_level = e.str("LOG_LEVEL", "info").lower()
+        if log_level not in {"debug", "info", "warning", "error"}:
+            raise ConfigError(f"LOG_LEVEL must be debug, info, warning or error, got {log_level!r}")
+        return WorkerConfig(
+            redis=RedisConfig.from_env(env),
+            api_key=Secret(key),
+            api_url=api_url,
+            threads=threads,
+            concurrency=concurrency,
+            queue=queue_name(env),
+            metrics_host=e.str("METRICS_HOST", "0.0.0.0"),  # noqa: S104 - probes and scrapes come from outside
+            metrics_port=e.int("METRICS_PORT", 9100, minimum=0, maximum=65535),
+            lease_seconds=lease,
+            max_attempts=e.int("MAX_ATTEMPTS", 3, minimum=1, maximum=100),
+            orphan_grace_seconds=e.float("ORPHAN_GRACE_SECONDS", lease, minimum=1.0),
+            result_ttl_seconds=e.int("RESULT_TTL_SECONDS", 3600, minimum=10),
+            task_ttl_seconds=e.int("TASK_TTL_SECONDS", 86400, minimum=60),
+            solve_timeout_seconds=e.float("SOLVE_TIMEOUT_SECONDS", 180.0, minimum=1.0),
+            drain_grace_seconds=e.float("DRAIN_GRACE_SECONDS", 200.0, minimum=0.0),
+            unsolvable_retries=e.int("UNSOLVABLE_RETRIES", 1, minimum=0, maximum=10),
+            max_task_bytes=e.int("MAX_TASK_BYTES", 1_048_576, minimum=1024),
+            http_timeout_seconds=e.float("HTTP_TIMEOUT_SECONDS", 30.0, minimum=1.0),
+            threadsinfo_interval_seconds=e.float("THREADSINFO_INTERVAL_SECONDS", 300.0, minimum=5.0),
+            compat_results_hash=e.bool("COMPAT_RESULTS_HASH", False),
+            dead_letter_max=e.int("DEAD_LETTER_MAX", 10000, minimum=1),
+            monthly_price=e.float("CAPTCHAAI_MONTHLY_PRICE", 0.0),
+            log_level=log_level,
+        )

@@ -1,0 +1,149 @@
+"""The one table of CaptchaAI task kinds.
+
+A *task* names a CaptchaAI ``method`` (the ``in.php`` parameter: ``userrecaptcha``, ``turnstile``, ...) and the
+``in.php`` parameters for it, exactly as the CaptchaAI docs spell them.  Some methods cover several *kinds*
+(``userrecaptcha`` is reCAPTCHA v2, v2 Enterprise or v3 depending on ``version``/``enterprise``; ``base64`` is
+an image or a grid depending on ``grid_size``).  Everything that depends on the kind reads this table:
+
+* task validation (``task``): which params are required, what error a missing one produces;
+* the API client's poll schedule (``captchaai``): first poll delay and interval;
+* the simulator (``simulator``): which error ``in.php`` returns, answer shape, typical latency;
+* metrics (``kind`` is the bounded ``method`` label);
+* the producer (token lifetime for ``token_age``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+class Answer(enum.Enum):
+    """Shape of the ``request`` value res.php returns for a solved task."""
+
+    TEXT = "text"  # image: the recognised text
+    TOKEN = "token"  # reCAPTCHA / Turnstile / CaptchaFox / Friendly / Lemin: an opaque token string
+    TOKEN_WITH_UA = "token_with_ua"  # Enterprise / Cloudflare challenge: token in `result` + `user_agent`
+    GEETEST = "geetest"  # JSON string with challenge / validate / seccode (v4: captcha_output etc.)
+    INDICES = "indices"  # grid / BLS: JSON array of 1-based cell indices, e.g. "[1,4,7]"
+
+
+@dataclass(frozen=True)
+class Param:
+    """A required in.php parameter and the error code CaptchaAI returns when it is missing."""
+
+    name: str
+    missing_error: str
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str  # bounded metric label, e.g. "recaptcha_v2"
+    method: str  # in.php `method`
+    title: str
+    required: tuple[Param, ...]
+    answer: Answer
+    solve_mean_s: float  # typical solve time (simulator default latency, poll schedule)
+    solve_stddev_s: float
+    first_poll_s: float  # when the first res.php call is worth making
+    poll_interval_s: float
+    token_lifetime_s: float | None  # how long the answer stays usable; None = does not expire
+    http_post: bool = False  # submit with POST (multipart) rather than GET
+
+
+def _p(name: str, error: str = "ERROR_BAD_PARAMETERS") -> Param:
+    return Param(name, error)
+
+
+_PAGEURL = _p("pageurl", "ERROR_PAGEURL")
+_PROXY = (_p("proxy", "ERROR_BAD_PROXY"), _p("proxytype", "ERROR_BAD_PROXY"))
+
+KINDS: tuple[Kind, ...] = (
+    Kind("image", "post", "Image (multipart file)", (_p("file", "ERROR_ZERO_CAPTCHA_FILESIZE"),),
+         Answer.TEXT, 5.0, 1.5, 3.0, 2.0, None, http_post=True),
+    Kind("image", "base64", "Image (base64 body)", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"),),
+         Answer.TEXT, 5.0, 1.5, 3.0, 2.0, None, http_post=True),
+    Kind("grid", "base64", "Grid image", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"), _p("instructions"),
+                                          _p("grid_size")),
+         Answer.INDICES, 8.0, 2.5, 5.0, 2.5, None, http_post=True),
+    Kind("bls", "bls", "BLS", (_p("instructions"), *(_p(f"image_base64_{i}") for i in range(1, 10))),
+         Answer.INDICES, 8.0, 2.5, 5.0, 2.5, None, http_post=True),
+    Kind("recaptcha_v2", "userrecaptcha", "reCAPTCHA v2 / invisible",
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN, 60.0, 15.0, 40.0, 5.0, 120.0),
+    Kind("recaptcha_v2_enterprise", "userrecaptcha", "reCAPTCHA v2 Enterprise",
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN_WITH_UA, 60.0, 15.0, 40.0, 5.0, 120.0,
+         http_post=True),
+    Kind("recaptcha_v3", "userrecaptcha", "reCAPTCHA v3 (+ Enterprise)",
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), Answer.TOKEN, 15.0, 5.0, 8.0, 3.0, 120.0),
+    Kind("turnstile", "turnstile", "Cloudflare Turnstile", (_p("sitekey"), _PAGEURL),
+         Answer.TOKEN, 12.0, 3.0, 7.0, 2.5, 300.0),
+    Kind("cloudflare_challenge", "cloudflare_challenge", "Cloudflare Challenge (cf_clearance)",
+         (_PAGEURL, *_PROXY), Answer.TOKEN_WITH_UA, 90.0, 20.0, 60.0, 5.0, 900.0, http_post=True),
+    Kind("geetest", "geetest", "GeeTest v3", (_p("gt"), _p("challenge"), _PAGEURL),
+         Answer.GEETEST, 20.0, 6.0, 12.0, 3.0, 600.0),
+    Kind("geetest_v4", "geetest", "GeeTest v4", (_p("gt"), _PAGEURL),
+         Answer.GEETEST, 20.0, 6.0, 12.0, 3.0, 600.0),
+    Kind("captchafox", "captchafox", "CaptchaFox", (_p("sitekey"), _PAGEURL, *_PROXY),
+         Answer.TOKEN, 15.0, 5.0, 8.0, 3.0, 120.0),
+    Kind("friendly_captcha", "friendly_captcha", "Friendly Captcha", (_p("sitekey"), _PAGEURL),
+         Answer.TOKEN, 15.0, 5.0, 8.0, 3.0, 120.0),
+    Kind("lemin", "lemin", "Lemin", (_p("captcha_id"), _p("div_id"), _PAGEURL),
+         Answer.TOKEN, 15.0, 5.0, 8.0, 3.0, 120.0),
+)
+
+#: every in.php method the queue accepts
+METHODS: frozenset[str] = frozenset(k.method for k in KINDS)
+
+#: bounded set of metric label values for `method` (kinds)
+KIND_NAMES: tuple[str, ...] = tuple(dict.fromkeys(k.name for k in KINDS))
+
+#: types other services solve but CaptchaAI does not: a task naming them is dead-lettered with this reason
+UNSUPPORTED: Mapping[str, str] = {
+    "hcaptcha": "hCaptcha is not solved by CaptchaAI",
+    "funcaptcha": "FunCaptcha (Arkose Labs) is not solved by CaptchaAI",
+    "arkoselabs": "FunCaptcha (Arkose Labs) is not solved by CaptchaAI",
+    "keycaptcha": "KeyCaptcha is not solved by CaptchaAI",
+    "capy": "Capy is not solved by CaptchaAI",
+    "mtcaptcha": "MTCaptcha is not solved by CaptchaAI",
+    "amazon_waf": "Amazon WAF is not solved by CaptchaAI",
+}
+
+_BY_NAME: dict[str, Kind] = {}
+for _k in KINDS:
+    _BY_NAME.setdefault(_k.name, _k)
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def kind_of(method: str, params: Mapping[str, str]) -> Kind | None:
+    """The kind a (method, params) pair denotes, or None for a method CaptchaAI does not have."""
+    if method == "userrecaptcha":
+        if params.get("version", "").lower() == "v3":
+            return _BY_NAME["recaptcha_v3"]
+        if _truthy(params.get("enterprise")):
+            return _BY_NAME["recaptcha_v2_enterprise"]
+        return _BY_NAME["recaptcha_v2"]
+    if method == "geetest":
+        return _BY_NAME["geetest_v4"] if params.get("version") == "4" else _BY_NAME["geetest"]
+    if method == "base64":
+        return _BY_NAME["grid"] if "grid_size" in params else next(
+            k for k in KINDS if k.method == "base64" and k.name == "image")
+    for k in KINDS:
+        if k.method == method:
+            return k
+    return None
+
+
+def by_name(name: str) -> Kind:
+    return _BY_NAME[name]
+
+
+def missing_param(kind: Kind, params: Mapping[str, str]) -> Param | None:
+    """The first required parameter that is absent or empty."""
+    for p in kind.required:
+        if not params.get(p.name):
+            return p
+    return None
