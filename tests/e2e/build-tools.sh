@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Builds the e2e control-plane tools from the Go module proxy, once, into .tools/e2e/bin/:
+#   etcd, kube-apiserver, kube-controller-manager, kubectl, keda (operator), plus the KEDA CRDs (.tools/e2e/crds/).
+# Go's module and build caches live under .tools/e2e/go/ (apart from install-tools.sh's .tools/go) so a rebuild after a version bump is fast.
+# Each tool gets a stamp file (.tools/e2e/bin/.<tool>.stamp) holding its version; a rerun skips stamped tools.
+#
+# Usage: tests/e2e/build-tools.sh [--force] [--check] [tool ...]
+#   --check   exit 0 if every tool is built and stamped with the pinned version, 1 otherwise (builds nothing)
+#   --force   rebuild even if stamped
+# Timings of every build go to .tools/e2e/logs/build-times.tsv (tool, seconds, cache state, date).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+K8S_VERSION=v1.35.4     # k8s.io/kubernetes; staging modules pinned to v0.35.4 in gomod/k8s/go.mod
+ETCD_VERSION=v3.6.16    # go.etcd.io/etcd/server/v3 (gomod/etcd/go.mod)
+KEDA_VERSION=v2.20.2    # github.com/kedacore/keda/v2 (built inside its module dir, honouring its replaces)
+
+TOOLS_DIR=$ROOT/.tools/e2e
+BIN=$TOOLS_DIR/bin
+LOGS=$TOOLS_DIR/logs
+CRDS=$TOOLS_DIR/crds
+export GOMODCACHE=$TOOLS_DIR/go/mod
+export GOCACHE=$TOOLS_DIR/go/cache
+export GOFLAGS=-modcacherw   # so `rm -rf .tools` works
+export CGO_ENABLED=0
+export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
+NICE=(nice -n 19)
+
+ALL_TOOLS=(etcd kube-apiserver kube-controller-manager kubectl keda keda-crds)
+force=0 check=0 want=()
+for a in "$@"; do
+  case $a in
+    --force) force=1 ;;
+    --check) check=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) want+=("$a") ;;
+  esac
+done
+[ ${#want[@]} -gt 0 ] || want=("${ALL_TOOLS[@]}")
+
+version_of() {
+  case $1 in
+    etcd) echo "$ETCD_VERSION" ;;
+    kube-apiserver|kube-controller-manager|kubectl) echo "$K8S_VERSION" ;;
+    keda|keda-crds) echo "$KEDA_VERSION" ;;
+    *) echo "unknown tool $1" >&2; return 1 ;;
+  esac
+}
+# The stamp also covers the wrapper go.mod/go.sum, so editing them triggers a rebuild.
+stamp_content() {
+  local t=$1 extra=""
+  case $t in
+    etcd) extra=$(cat "$HERE/gomod/etcd/go.mod" "$HERE/gomod/etcd/go.sum" | sha256sum | cut -c1-16) ;;
+    kube-*|kubectl) extra=$(cat "$HERE/gomod/k8s/go.mod" "$HERE/gomod/k8s/go.sum" | sha256sum | cut -c1-16) ;;
+  esac
+  echo "$t $(version_of "$t") $extra"
+}
+stamp_file() { echo "$BIN/.$1.stamp"; }
+is_built() {
+  local t=$1 f
+  f=$(stamp_file "$t")
+  [ -f "$f" ] && [ "$(cat "$f")" = "$(stamp_content "$t")" ] || return 1
+  if [ "$t" = keda-crds ]; then [ -f "$CRDS/keda.sh_scaledobjects.yaml" ]; else [ -x "$BIN/$t" ]; fi
+}
+
+if [ $check = 1 ]; then
+  rc=0
+  for t in "${want[@]}"; do
+    if is_built "$t"; then echo "ok      $t $(version_of "$t")"; else echo "missing $t $(version_of "$t")"; rc=1; fi
+  done
+  exit $rc
+fi
+
+mkdir -p "$BIN" "$LOGS" "$CRDS" "$GOMODCACHE" "$GOCACHE"
+command -v go >/dev/null || { echo "build-tools: go not found on PATH" >&2; exit 2; }
+
+cache_state() {  # rough description of the caches before a build, for the timing log
+  local m c
+  m=$(du -sm "$GOMODCACHE" 2>/dev/null | cut -f1); c=$(du -sm "$GOCACHE" 2>/dev/null | cut -f1)
+  echo "modcache=${m}MB,buildcache=${c}MB"
+}
+
+k8s_ldflags() {
+  local v=$K8S_VERSION minor date
+  minor=$(echo "$v" | cut -d. -f2)
+  # Build date = the module's publication time, so builds are reproducible.
+  date=$(cd "$HERE/gomod/k8s" && go list -m -json "k8s.io/kubernetes" 2>/dev/null | sed -n 's/.*"Time": "\(.*\)".*/\1/p')
+  [ -n "$date" ] || date=1970-01-01T00:00:00Z
+  local ld="" p
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitCommit=module-proxy"
+    ld+=" -X $p.gitTreeState=archive -X $p.buildDate=$date"
+  done
+  echo "$ld -s -w"
+}
+
+build_one() {
+  local t=$1 out=$BIN/$1
+  case $t in
+    etcd)
+      (cd "$HERE/gomod/etcd" && "${NICE[@]}" go build -trimpath -ldflags "-s -w" -o "$out.tmp" go.etcd.io/etcd/server/v3)
+      ;;
+    kube-apiserver|kube-controller-manager|kubectl)
+      (cd "$HERE/gomod/k8s" && "${NICE[@]}" go build -trimpath -tags selinux,notest,grpcnotrace \
+        -ldflags "$(k8s_ldflags)" -o "$out.tmp" "k8s.io/kubernetes/cmd/$t")
+      ;;
+    keda)
+      local dir
+      dir=$(cd /tmp && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+      [ -d "$dir" ] || { echo "could not download keda module" >&2; return 1; }
+      # Built inside the module dir so KEDA's own replace lines apply (go install would ignore them).
+      (cd "$dir" && "${NICE[@]}" go build -trimpath \
+        -ldflags "-s -w -X=github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v} -X=github.com/kedacore/keda/v2/version.GitCommit=module-proxy" \
+        -o "$out.tmp" ./cmd/operator)
+      ;;
+    keda-crds)
+      local dir
+      dir=$(cd /tmp && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+      rm -f "$CRDS"/*.yaml
+      cp "$dir"/config/crd/bases/*.yaml "$CRDS"/
+      chmod 644 "$CRDS"/*.yaml
+      stamp_content "$t" > "$(stamp_file "$t")"
+      return 0
+      ;;
+  esac
+  mv -f "$out.tmp" "$out"
+  stamp_content "$t" > "$(stamp_file "$t")"
+}
+
+total_start=$(date +%s)
+for t in "${want[@]}"; do
+  version_of "$t" >/dev/null
+  if [ $force = 0 ] && is_built "$t"; then
+    echo "build-tools: $t $(version_of "$t") already built (stamp $(stamp_file "$t"))"
+    continue
+  fi
+  state=$(cache_state)
+  echo "build-tools: building $t $(version_of "$t") ($state; log $LOGS/build-$t.log)"
+  s=$(date +%s.%N)
+  if ! build_one "$t" >"$LOGS/build-$t.log" 2>&1; then
+    echo "build-tools: FAILED to build $t; last lines of $LOGS/build-$t.log:" >&2
+    tail -30 "$LOGS/build-$t.log" >&2
+    exit 1
+  fi
+  e=$(date +%s.%N)
+  secs=$(awk -v s="$s" -v e="$e" 'BEGIN{printf "%.1f", e-s}')
+  printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$secs" "$state" "$(date -u +%FT%TZ)" "$(go env GOVERSION)" >> "$LOGS/build-times.tsv"
+  echo "build-tools: built $t in ${secs}s"
+done
+echo "build-tools: done in $(( $(date +%s) - total_start ))s; binaries in ${BIN#"$ROOT"/}"
