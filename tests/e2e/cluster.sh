@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# A throw-away Kubernetes control plane made of plain processes on 127.0.0.1 (no containers, no kubelet):
+#   etcd -> kube-apiserver (generated certs, RBAC, admin client cert in system:masters)
+#        -> kube-controller-manager (deployment, replicaset, garbage-collector, namespace, serviceaccount controllers)
+#        -> KEDA CRDs + KEDA operator (out of cluster).
+# Pods are created by the ReplicaSets but stay Pending: there is no scheduler and no node.
+#
+# Usage: tests/e2e/cluster.sh up [--bare]   start everything (--bare: no KEDA CRDs and no KEDA operator)
+#        tests/e2e/cluster.sh keda          apply the KEDA CRDs and start the operator (after `up --bare`)
+#        tests/e2e/cluster.sh down          stop every process of this cluster and delete its state
+#        tests/e2e/cluster.sh env           print `export KUBECONFIG=...` lines (eval "$(tests/e2e/cluster.sh env)")
+#        tests/e2e/cluster.sh status        pid / liveness of each component
+#        tests/e2e/cluster.sh logs [component] [lines]
+# E2E_CLUSTER=name selects an independent cluster (default "main"); its state lives in .tools/e2e/clusters/<name>/.
+# Binaries come from .tools/e2e/bin (tests/e2e/build-tools.sh). `up` tears down what it started if it fails.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BIN=$ROOT/.tools/e2e/bin
+CRDS=$ROOT/.tools/e2e/crds
+NAME=${E2E_CLUSTER:-main}
+STATE=$ROOT/.tools/e2e/clusters/$NAME
+PKI=$STATE/pki
+LOGS=$STATE/logs
+PIDS=$STATE/pids
+KUBECONFIG_FILE=$STATE/admin.kubeconfig
+KEDA_NS=keda
+STOP_TIMEOUT=${E2E_STOP_TIMEOUT:-15}
+
+log() { echo "cluster[$NAME] $(date +%T) $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+kc() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+# start NAME cmd...: runs cmd in its own session/process group (pid == pgid), logs to $LOGS/NAME.log
+start_proc() {
+  local name=$1; shift
+  mkdir -p "$LOGS" "$PIDS"
+  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+  echo $! > "$PIDS/$name.pid"
+  log "started $name (pid $!)"
+}
+
+alive() { local f=$PIDS/$1.pid; [ -f "$f" ] && pg_alive "$(cat "$f")"; }
+# a process group is alive while it has a member that is not a zombie
+pg_alive() { ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ {found=1} END {exit !found}'; }
+
+# Processes of this cluster: everything whose command line mentions the state dir (every component gets a path
+# under it as an argument), plus the process groups recorded in the pid files.
+cluster_pids() {
+  ps -eo pid=,args= | awk -v d="$STATE/" -v self=$$ 'index($0, d) && $1 != self && $2 !~ /^(awk|ps|grep)$/ {print $1}'
+}
+
+stop_all() {
+  local f pg n
+  # reverse start order: keda, kcm, apiserver, etcd (and anything else registered, e.g. redis)
+  for n in keda kube-controller-manager kube-apiserver etcd; do
+    f=$PIDS/$n.pid
+    [ -f "$f" ] || continue
+    pg=$(cat "$f")
+    kill -TERM -- "-$pg" 2>/dev/null || true
+    for _ in $(seq 1 $((STOP_TIMEOUT * 10))); do pg_alive "$pg" || break; sleep 0.1; done
+    if pg_alive "$pg"; then log "$n did not stop on TERM, killing"; kill -KILL -- "-$pg" 2>/dev/null || true; fi
+    rm -f "$f"
+  done
+  for f in "$PIDS"/*.pid; do
+    [ -f "$f" ] || continue
+    pg=$(cat "$f"); kill -TERM -- "-$pg" 2>/dev/null || true; sleep 0.5; kill -KILL -- "-$pg" 2>/dev/null || true
+    rm -f "$f"
+  done
+  local left
+  left=$(cluster_pids || true)
+  if [ -n "$left" ]; then
+    log "stray processes after stop, killing: $(echo $left)"
+    # shellcheck disable=SC2086
+    kill -KILL $left 2>/dev/null || true
+    sleep 0.5
+  fi
+  left=$(cluster_pids || true)
+  [ -z "$left" ] || { log "processes still alive: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ,)")"; return 1; }
+}
+
+gen_pki() {
+  mkdir -p "$PKI"
+  local o="openssl"
+  (
+    cd "$PKI"
+    $o ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
+    $o req -x509 -new -key ca.key -sha256 -days 3 -subj "/CN=e2e-ca" -out ca.crt 2>/dev/null
+    leaf() {  # leaf NAME SUBJ EXT
+      $o ecparam -name prime256v1 -genkey -noout -out "$1.key" 2>/dev/null
+      $o req -new -key "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null
+      printf '%s\n' "$3" > "$1.ext"
+      $o x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3 -sha256 -extfile "$1.ext" \
+        -out "$1.crt" 2>/dev/null
+      rm -f "$1.csr" "$1.ext"
+    }
+    leaf apiserver "/CN=kube-apiserver" "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.0.0.1
+extendedKeyUsage=serverAuth
+keyUsage=critical,digitalSignature,keyEncipherment"
+    leaf admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth
+keyUsage=critical,digitalSignature,keyEncipherment"
+    # KEDA's gRPC metrics service reads ca.crt/tls.crt/tls.key from --cert-dir
+    leaf keda "/CN=keda-operator" "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:keda-operator.keda.svc
+extendedKeyUsage=serverAuth,clientAuth
+keyUsage=critical,digitalSignature,keyEncipherment"
+    mkdir -p keda-certs
+    cp ca.crt keda-certs/ca.crt; cp keda.crt keda-certs/tls.crt; cp keda.key keda-certs/tls.key
+    # service-account token signing key (RSA, like hack/local-up-cluster.sh)
+    $o genrsa -out sa.key 2048 2>/dev/null
+    $o rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  )
+}
+
+write_kubeconfig() {
+  local port=$1
+  cat > "$KUBECONFIG_FILE" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://127.0.0.1:$port
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $(base64 -w0 "$PKI/admin.crt")
+    client-key-data: $(base64 -w0 "$PKI/admin.key")
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: admin}
+current-context: e2e
+EOF
+  chmod 600 "$KUBECONFIG_FILE"
+}
+
+wait_http() {  # wait_http NAME URL TIMEOUT [curl args]
+  local name=$1 url=$2 timeout=$3; shift 3
+  local start=$SECONDS
+  until curl -fsS --max-time 2 "$@" "$url" >/dev/null 2>&1; do
+    alive "$name" || { tail -30 "$LOGS/$name.log" >&2; die "$name exited while waiting for $url"; }
+    [ $((SECONDS - start)) -lt "$timeout" ] || { tail -30 "$LOGS/$name.log" >&2; die "$name: $url not ready after ${timeout}s"; }
+    sleep 0.3
+  done
+}
+
+start_keda() {
+  [ -f "$STATE/ports" ] || die "cluster $NAME is not up"
+  # shellcheck disable=SC1091
+  . "$STATE/ports"
+  log "applying KEDA CRDs from ${CRDS#"$ROOT"/}"
+  kc apply --server-side -f "$CRDS" >/dev/null
+  kc wait --for condition=established --timeout=60s -f "$CRDS" >/dev/null
+  kc create namespace "$KEDA_NS" --dry-run=client -o yaml | kc apply -f - >/dev/null
+  local mport hport gport
+  mport=$(free_port); hport=$(free_port); gport=$(free_port)
+  echo "KEDA_HEALTH_PORT=$hport KEDA_METRICS_PORT=$mport KEDA_GRPC_PORT=$gport" >> "$STATE/ports"
+  # WATCH_NAMESPACE must be set (empty = all namespaces); KEDA_CLUSTER_OBJECT_NAMESPACE avoids reading the
+  # in-cluster namespace file; cert rotation off (it would exit and wait for kubelet-mounted certs).
+  start_proc keda env WATCH_NAMESPACE="" KEDA_CLUSTER_OBJECT_NAMESPACE="$KEDA_NS" POD_NAMESPACE="$KEDA_NS" \
+    KUBECONFIG="$KUBECONFIG_FILE" \
+    "$BIN/keda" --leader-elect=false --enable-cert-rotation=false --cert-dir="$PKI/keda-certs" \
+    --ca-dir="$PKI/keda-ca-none" \
+    --enable-webhook-patching=false --enable-apiservice-patching=false \
+    --metrics-bind-address="127.0.0.1:$mport" --health-probe-bind-address="127.0.0.1:$hport" \
+    --metrics-service-bind-address="127.0.0.1:$gport" --zap-log-level=info --zap-encoder=console
+  wait_http keda "http://127.0.0.1:$hport/readyz" 90
+  log "KEDA operator ready (health :$hport, gRPC metrics service :$gport)"
+}
+
+cmd_up() {
+  local bare=0
+  [ "${1:-}" = "--bare" ] && bare=1
+  local b
+  for b in etcd kube-apiserver kube-controller-manager kubectl; do
+    [ -x "$BIN/$b" ] || die "$BIN/$b missing: run tests/e2e/build-tools.sh"
+  done
+  [ $bare = 1 ] || [ -x "$BIN/keda" ] || die "$BIN/keda missing: run tests/e2e/build-tools.sh"
+  if [ -d "$PIDS" ] && [ -n "$(ls -A "$PIDS" 2>/dev/null)" ]; then
+    log "cluster $NAME seems to be running already; stopping it first"
+    stop_all || true
+  fi
+  rm -rf "$STATE"; mkdir -p "$STATE" "$LOGS" "$PIDS"
+  trap 'rc=$?; log "up failed (rc=$rc); tearing down"; stop_all || true; exit $rc' ERR INT TERM
+  local t0=$SECONDS
+  gen_pki
+  local etcd_port peer_port api_port
+  etcd_port=$(free_port); peer_port=$(free_port); api_port=$(free_port)
+  echo "ETCD_PORT=$etcd_port API_PORT=$api_port" > "$STATE/ports"
+
+  start_proc etcd "$BIN/etcd" --name=e2e --data-dir="$STATE/etcd-data" \
+    --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls="http://127.0.0.1:$peer_port" --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
+    --initial-cluster="e2e=http://127.0.0.1:$peer_port" --unsafe-no-fsync=true --log-level=warn
+  wait_http etcd "http://127.0.0.1:$etcd_port/health" 30
+
+  start_proc kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$etcd_port" --etcd-prefix=/registry \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+    --cert-dir="$PKI/apiserver-certdir" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
+    --authorization-mode=RBAC --endpoint-reconciler-type=none --profiling=false \
+    --v=1
+  wait_http kube-apiserver "https://127.0.0.1:$api_port/readyz" 120 \
+    --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key"
+  write_kubeconfig "$api_port"
+  log "kube-apiserver ready on https://127.0.0.1:$api_port ($("$BIN/kube-apiserver" --version))"
+
+  start_proc kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig="$KUBECONFIG_FILE" --leader-elect=false --secure-port=0 \
+    --controllers=deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller \
+    --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+    --use-service-account-credentials=false --concurrent-deployment-syncs=5 --v=1
+  # ready when the default ServiceAccount appears (serviceaccount controller is running)
+  local start=$SECONDS
+  until kc -n default get serviceaccount default >/dev/null 2>&1; do
+    alive kube-controller-manager || { tail -30 "$LOGS/kube-controller-manager.log" >&2; die "kube-controller-manager exited"; }
+    [ $((SECONDS - start)) -lt 60 ] || die "kube-controller-manager: no default ServiceAccount after 60s"
+    sleep 0.5
+  done
+  log "kube-controller-manager running"
+
+  [ $bare = 1 ] || start_keda
+  trap - ERR INT TERM
+  log "cluster up in $((SECONDS - t0))s; KUBECONFIG=$KUBECONFIG_FILE"
+}
+
+cmd_status() {
+  local n
+  for n in etcd kube-apiserver kube-controller-manager keda; do
+    if alive "$n"; then echo "$n running pid $(cat "$PIDS/$n.pid")"; else echo "$n not running"; fi
+  done
+}
+
+case ${1:-} in
+  up) shift; cmd_up "$@" ;;
+  keda)
+    trap 'rc=$?; log "keda start failed (rc=$rc)"; exit $rc' ERR
+    start_keda ;;
+  down)
+    if [ -d "$STATE" ]; then
+      stop_all
+      rm -rf "$STATE"
+      log "down"
+    fi ;;
+  env)
+    [ -f "$KUBECONFIG_FILE" ] || die "cluster $NAME is not up"
+    echo "export KUBECONFIG=$KUBECONFIG_FILE"
+    echo "export PATH=$BIN:\$PATH" ;;
+  status) cmd_status ;;
+  logs) tail -n "${3:-50}" "$LOGS/${2:-keda}.log" ;;
+  pids) cluster_pids ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
+esac
