@@ -7,6 +7,7 @@ prints it on one line and exits with status 2.  Secrets (the API key, the Redis 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -50,7 +51,7 @@ class _Env:
         value = value.strip()
         return value or None
 
-    def str(self, name: str, default: str) -> str:
+    def text(self, name: str, default: str) -> str:
         return self.raw(name) or default
 
     def required(self, name: str, hint: str) -> str:
@@ -59,7 +60,7 @@ class _Env:
             raise ConfigError(f"{name} is required: {hint}")
         return value
 
-    def int(self, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
+    def integer(self, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
         text = self.raw(name)
         if text is None:
             return default
@@ -72,7 +73,7 @@ class _Env:
             raise ConfigError(f"{name} must be {bound}, got {value}")
         return value
 
-    def float(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
         text = self.raw(name)
         if text is None:
             return default
@@ -80,11 +81,11 @@ class _Env:
             value = float(text)
         except ValueError:
             raise ConfigError(f"{name} must be a number, got {text!r}") from None
-        if value < minimum or value != value:  # NaN check
+        if not math.isfinite(value) or value < minimum:
             raise ConfigError(f"{name} must be >= {minimum}, got {text}")
         return value
 
-    def bool(self, name: str, default: bool) -> bool:
+    def flag(self, name: str, default: bool) -> bool:
         text = self.raw(name)
         if text is None:
             return default
@@ -107,7 +108,7 @@ class RedisConfig:
     @staticmethod
     def from_env(env: Mapping[str, str]) -> RedisConfig:
         e = _Env(env)
-        url = e.str("REDIS_URL", "redis://localhost:6379/0")
+        url = e.text("REDIS_URL", "redis://localhost:6379/0")
         parts = urlsplit(url)
         if parts.scheme not in {"redis", "rediss", "unix"}:
             raise ConfigError(f"REDIS_URL must start with redis://, rediss:// or unix://, got scheme {parts.scheme!r}")
@@ -125,7 +126,7 @@ class RedisConfig:
             username=e.raw("REDIS_USERNAME"),
             password=Secret(e.raw("REDIS_PASSWORD") or ""),
             tls_ca_file=ca,
-            tls_insecure=e.bool("REDIS_TLS_INSECURE", False),
+            tls_insecure=e.flag("REDIS_TLS_INSECURE", False),
         )
 
     def display_url(self) -> str:
@@ -145,7 +146,7 @@ def redact_url(url: str) -> str:
 
 
 def queue_name(env: Mapping[str, str]) -> str:
-    name = _Env(env).str("QUEUE_NAME", DEFAULT_QUEUE)
+    name = _Env(env).text("QUEUE_NAME", DEFAULT_QUEUE)
     if not _QUEUE_RE.match(name):
         raise ConfigError(f"QUEUE_NAME must be 1-64 letters, digits, '.', '_' or '-', got {name!r}")
     return name
@@ -175,6 +176,7 @@ class WorkerConfig:
     compat_results_hash: bool
     dead_letter_max: int
     monthly_price: float
+    time_scale: float  # divides poll and backoff delays (pair with the simulator's --speed)
     log_level: str
 
     @staticmethod
@@ -184,16 +186,16 @@ class WorkerConfig:
         key = e.required("CAPTCHAAI_KEY", "the CaptchaAI API key (32 characters)")
         if len(key) != 32 or not key.isalnum():
             raise ConfigError(f"CAPTCHAAI_KEY must be 32 letters and digits (got {len(key)} characters)")
-        api_url = e.str("CAPTCHAAI_URL", DEFAULT_API_URL).rstrip("/")
+        api_url = e.text("CAPTCHAAI_URL", DEFAULT_API_URL).rstrip("/")
         parts = urlsplit(api_url)
         if parts.scheme not in {"http", "https"} or not parts.hostname:
             raise ConfigError(f"CAPTCHAAI_URL must be an http(s) URL, got {redact_url(api_url)!r}")
-        threads = e.int("CAPTCHAAI_THREADS", 0, minimum=1) if e.raw("CAPTCHAAI_THREADS") else None
+        threads = e.integer("CAPTCHAAI_THREADS", 0, minimum=1) if e.raw("CAPTCHAAI_THREADS") else None
         if threads is None:
             raise ConfigError("CAPTCHAAI_THREADS is required: the plan's concurrent threads (e.g. 10)")
-        concurrency = e.int("WORKER_CONCURRENCY", min(threads, 10), minimum=1, maximum=5000)
-        lease = e.float("LEASE_SECONDS", 30.0, minimum=3.0)
-        log_level = e.str("LOG_LEVEL", "info").lower()
+        concurrency = e.integer("WORKER_CONCURRENCY", min(threads, 10), minimum=1, maximum=5000)
+        lease = e.number("LEASE_SECONDS", 30.0, minimum=3.0)
+        log_level = e.text("LOG_LEVEL", "info").lower()
         if log_level not in {"debug", "info", "warning", "error"}:
             raise ConfigError(f"LOG_LEVEL must be debug, info, warning or error, got {log_level!r}")
         return WorkerConfig(
@@ -203,21 +205,22 @@ class WorkerConfig:
             threads=threads,
             concurrency=concurrency,
             queue=queue_name(env),
-            metrics_host=e.str("METRICS_HOST", "0.0.0.0"),  # noqa: S104 - probes and scrapes come from outside
-            metrics_port=e.int("METRICS_PORT", 9100, minimum=0, maximum=65535),
+            metrics_host=e.text("METRICS_HOST", "0.0.0.0"),  # noqa: S104 - probes and scrapes come from outside
+            metrics_port=e.integer("METRICS_PORT", 9100, minimum=0, maximum=65535),
             lease_seconds=lease,
-            max_attempts=e.int("MAX_ATTEMPTS", 3, minimum=1, maximum=100),
-            orphan_grace_seconds=e.float("ORPHAN_GRACE_SECONDS", lease, minimum=1.0),
-            result_ttl_seconds=e.int("RESULT_TTL_SECONDS", 3600, minimum=10),
-            task_ttl_seconds=e.int("TASK_TTL_SECONDS", 86400, minimum=60),
-            solve_timeout_seconds=e.float("SOLVE_TIMEOUT_SECONDS", 180.0, minimum=1.0),
-            drain_grace_seconds=e.float("DRAIN_GRACE_SECONDS", 200.0, minimum=0.0),
-            unsolvable_retries=e.int("UNSOLVABLE_RETRIES", 1, minimum=0, maximum=10),
-            max_task_bytes=e.int("MAX_TASK_BYTES", 1_048_576, minimum=1024),
-            http_timeout_seconds=e.float("HTTP_TIMEOUT_SECONDS", 30.0, minimum=1.0),
-            threadsinfo_interval_seconds=e.float("THREADSINFO_INTERVAL_SECONDS", 300.0, minimum=5.0),
-            compat_results_hash=e.bool("COMPAT_RESULTS_HASH", False),
-            dead_letter_max=e.int("DEAD_LETTER_MAX", 10000, minimum=1),
-            monthly_price=e.float("CAPTCHAAI_MONTHLY_PRICE", 0.0),
+            max_attempts=e.integer("MAX_ATTEMPTS", 3, minimum=1, maximum=100),
+            orphan_grace_seconds=e.number("ORPHAN_GRACE_SECONDS", lease, minimum=1.0),
+            result_ttl_seconds=e.integer("RESULT_TTL_SECONDS", 3600, minimum=10),
+            task_ttl_seconds=e.integer("TASK_TTL_SECONDS", 86400, minimum=60),
+            solve_timeout_seconds=e.number("SOLVE_TIMEOUT_SECONDS", 180.0, minimum=1.0),
+            drain_grace_seconds=e.number("DRAIN_GRACE_SECONDS", 200.0, minimum=0.0),
+            unsolvable_retries=e.integer("UNSOLVABLE_RETRIES", 1, minimum=0, maximum=10),
+            max_task_bytes=e.integer("MAX_TASK_BYTES", 1_048_576, minimum=1024),
+            http_timeout_seconds=e.number("HTTP_TIMEOUT_SECONDS", 30.0, minimum=1.0),
+            threadsinfo_interval_seconds=e.number("THREADSINFO_INTERVAL_SECONDS", 300.0, minimum=5.0),
+            compat_results_hash=e.flag("COMPAT_RESULTS_HASH", False),
+            dead_letter_max=e.integer("DEAD_LETTER_MAX", 10000, minimum=1),
+            monthly_price=e.number("CAPTCHAAI_MONTHLY_PRICE", 0.0),
+            time_scale=e.number("API_TIME_SCALE", 1.0, minimum=0.001),
             log_level=log_level,
         )

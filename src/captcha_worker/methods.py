@@ -23,8 +23,8 @@ class Answer(enum.Enum):
     """Shape of the ``request`` value res.php returns for a solved task."""
 
     TEXT = "text"  # image: the recognised text
-    TOKEN = "token"  # reCAPTCHA / Turnstile / CaptchaFox / Friendly / Lemin: an opaque token string
-    TOKEN_WITH_UA = "token_with_ua"  # Enterprise / Cloudflare challenge: token in `result` + `user_agent`
+    TOKEN = "token"  # noqa: S105 - reCAPTCHA / Turnstile / CaptchaFox / Friendly / Lemin: an opaque token string
+    TOKEN_WITH_UA = "token_with_ua"  # noqa: S105 - Enterprise / Cloudflare challenge: token in `result` + `user_agent`
     GEETEST = "geetest"  # JSON string with challenge / validate / seccode (v4: captcha_output etc.)
     INDICES = "indices"  # grid / BLS: JSON array of 1-based cell indices, e.g. "[1,4,7]"
 

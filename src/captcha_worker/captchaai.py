@@ -1,0 +1,421 @@
+"""Async CaptchaAI v1 client (in.php / res.php) with the error taxonomy of the design.
+
+=============  ===================================================  =========================================
+class          codes                                                what the caller does
+=============  ===================================================  =========================================
+FATAL          ERROR_WRONG_USER_KEY, ERROR_KEY_DOES_NOT_EXIST,      stop claiming, readiness false; tasks stay
+               IP_BANNED                                            queued
+CAPACITY       ERROR_ZERO_BALANCE, ERROR_NO_SLOT_AVAILABLE,         back off with jitter and retry the same
+               ERROR_TOO_MUCH_REQUESTS, HTTP 429                    task; never fail it for that
+TRANSIENT      HTTP 5xx, HTML / non-JSON bodies, ERROR_SERVER_ERROR, retried here with exponential backoff and
+               timeouts, connection resets, proxy connection fails  jitter, bounded; then TransientError
+TASK           ERROR_CAPTCHA_UNSOLVABLE, ERROR_BAD_PARAMETERS,      the task's result is an error with the code
+               image and proxy errors, any other ERROR_*            (UNSOLVABLE is resubmitted a few times)
+=============  ===================================================  =========================================
+
+The key travels in POST bodies only (never in a URL), and no exception message, log line or metric label
+carries the key, the task's params (proxy credentials, cookies) or an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import enum
+import json
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+from captcha_worker import methods, metrics
+from captcha_worker.config import Secret
+
+
+class ErrorClass(enum.Enum):
+    FATAL = "fatal"
+    CAPACITY = "capacity"
+    TRANSIENT = "transient"
+    TASK = "task"
+
+
+_FATAL = {"ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "IP_BANNED", "ERROR_IP_NOT_ALLOWED"}
+_CAPACITY = {"ERROR_ZERO_BALANCE", "ERROR_NO_SLOT_AVAILABLE", "ERROR_TOO_MUCH_REQUESTS", "HTTP_429",
+             "MAX_USER_TURN"}
+_TRANSIENT = {"ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR", "ERROR_PROXY_CONNECTION_FAILED",
+              "HTTP_5XX", "HTTP_4XX", "NON_JSON", "TIMEOUT", "CONNECTION_ERROR"}
+
+
+def classify(code: str) -> ErrorClass:
+    if code in _FATAL:
+        return ErrorClass.FATAL
+    if code in _CAPACITY:
+        return ErrorClass.CAPACITY
+    if code in _TRANSIENT:
+        return ErrorClass.TRANSIENT
+    return ErrorClass.TASK
+
+
+class ApiError(Exception):
+    """An API failure. ``str()`` is safe to log and to show users."""
+
+    def __init__(self, code: str, endpoint: str, detail: str = "") -> None:
+        self.code = code
+        self.endpoint = endpoint
+        self.error_class = classify(code)
+        super().__init__(f"{endpoint}: {code}" + (f" ({detail})" if detail else ""))
+
+
+class FatalApiError(ApiError):
+    pass
+
+
+class CapacityError(ApiError):
+    pass
+
+
+class TransientError(ApiError):
+    pass
+
+
+class TaskFailed(ApiError):
+    pass
+
+
+_BY_CLASS: dict[ErrorClass, type[ApiError]] = {
+    ErrorClass.FATAL: FatalApiError, ErrorClass.CAPACITY: CapacityError,
+    ErrorClass.TRANSIENT: TransientError, ErrorClass.TASK: TaskFailed,
+}
+
+
+def api_error(code: str, endpoint: str, detail: str = "") -> ApiError:
+    return _BY_CLASS[classify(code)](code, endpoint, detail)
+
+
+class SolveTimeout(Exception):
+    """The overall solve time limit passed (or the task's deadline)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    request: str  # the token / text / JSON string
+    user_agent: str | None = None
+
+
+@dataclass(frozen=True)
+class ThreadsInfo:
+    threads: int
+    working_threads: int
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A decoded successful reply: ``request`` plus any extra JSON fields."""
+
+    request: str
+    extra: Mapping[str, Any]
+
+
+def parse_reply(status: int, body: bytes, endpoint: str) -> Reply:
+    """Decode one HTTP reply into a Reply, or raise the classified ApiError."""
+    if status == 429:
+        raise api_error("HTTP_429", endpoint)
+    if status >= 500:
+        raise api_error("HTTP_5XX", endpoint, f"HTTP {status}")
+    if status != 200:
+        raise api_error("HTTP_4XX", endpoint, f"HTTP {status}")
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        return _parse_json(data, endpoint)
+    if text.startswith("OK|"):
+        return Reply(text[3:], {})
+    if text == "CAPCHA_NOT_READY" or ((text.startswith(("ERROR_", "IP_")) or text == "MAX_USER_TURN")
+                                      and text.replace("_", "").isalnum() and len(text) < 64):
+        if text == "CAPCHA_NOT_READY":
+            return Reply(text, {"not_ready": True})
+        raise api_error(text, endpoint)
+    if text.startswith("OK_"):  # reportbad: OK_REPORT_RECORDED
+        return Reply(text, {})
+    raise api_error("NON_JSON", endpoint, "unexpected body")
+
+
+def _parse_json(data: Mapping[str, Any], endpoint: str) -> Reply:
+    if "threads" in data and "status" not in data:
+        return Reply("OK", data)
+    request = data.get("request")
+    request_text = request if isinstance(request, str) else json.dumps(request) if request is not None else ""
+    if data.get("status") == 1:
+        return Reply(request_text, data)
+    if request_text == "CAPCHA_NOT_READY":
+        return Reply(request_text, {"not_ready": True})
+    if data.get("status") == 0 and request_text:
+        raise api_error(request_text, endpoint)
+    raise api_error("NON_JSON", endpoint, "JSON without status")
+
+
+class PollSchedule:
+    """When to call res.php for a kind: first after ``first_poll_s``, then every ``poll_interval_s``.
+
+    ``scale`` shrinks both (the simulator's --speed, for tests and demos).
+    """
+
+    def __init__(self, kind: methods.Kind, scale: float = 1.0) -> None:
+        self.first = kind.first_poll_s / scale
+        self.interval = kind.poll_interval_s / scale
+
+    def delay(self, poll_number: int) -> float:
+        """Seconds to wait before poll `poll_number` (0-based), with up to 10% jitter."""
+        base = self.first if poll_number == 0 else self.interval
+        return base * (1 + 0.1 * random.random())
+
+
+@dataclass(frozen=True)
+class Solution:
+    answer: Answer
+    api_calls: int
+    polls: int
+    started_at: float  # first in.php call
+    solved_at: float  # answer received
+
+
+@dataclass
+class SolveStats:
+    """Counts kept while one task is being solved (readable even when it fails)."""
+
+    api_calls: int = 0
+    polls: int = 0
+    started_at: float | None = None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    transient_attempts: int = 5  # per request
+    transient_initial_s: float = 1.0
+    transient_max_s: float = 16.0
+    capacity_initial_s: float = 2.0
+    capacity_max_s: float = 30.0
+
+
+Sleep = Callable[[float], Any]
+
+
+class CaptchaAI:
+    """One aiohttp session for every call of a process. Use as ``async with CaptchaAI(...) as api``."""
+
+    def __init__(self, key: Secret, base_url: str = "https://ocr.captchaai.com", *,
+                 http_timeout_s: float = 30.0, retry: RetryPolicy | None = None,
+                 poll_scale: float = 1.0, max_connections: int = 100) -> None:
+        self._key = key
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self.poll_scale = poll_scale
+        self._timeout = aiohttp.ClientTimeout(total=http_timeout_s)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> CaptchaAI:
+        self._session = aiohttp.ClientSession(
+            timeout=self._timeout, connector=aiohttp.TCPConnector(limit=self._max_connections),
+            headers={"User-Agent": "captcha-solver/1"})
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # low level ----------------------------------------------------------------------------------------
+    async def _post_once(self, path: str, endpoint: str, form: aiohttp.FormData) -> Reply:
+        if self._session is None:
+            raise RuntimeError("CaptchaAI client used outside 'async with'")
+        started = time.monotonic()
+        code = "OK"
+        try:
+            async with self._session.post(f"{self.base_url}/{path}", data=form) as resp:
+                body = await resp.read()
+                reply = parse_reply(resp.status, body, endpoint)
+                code = "CAPCHA_NOT_READY" if reply.extra.get("not_ready") else "OK"
+                return reply
+        except ApiError as exc:
+            code = exc.code
+            raise
+        except TimeoutError:
+            code = "TIMEOUT"
+            raise api_error("TIMEOUT", endpoint) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            # aiohttp errors can print the URL and request info: never chain them into our message
+            code = "CONNECTION_ERROR"
+            raise api_error("CONNECTION_ERROR", endpoint, type(exc).__name__) from None
+        finally:
+            metrics.API_REQUESTS.labels(endpoint, metrics.code_label(code)).inc()
+            metrics.API_LATENCY.labels(endpoint).observe(time.monotonic() - started)
+
+    async def _call(self, path: str, endpoint: str, fields: Mapping[str, str],
+                    file: tuple[str, bytes] | None = None, stats: SolveStats | None = None) -> Reply:
+        """One logical request: transient failures retried with exponential backoff + jitter, bounded."""
+        r = self.retry
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(r.transient_attempts),
+            wait=wait_exponential_jitter(initial=r.transient_initial_s, max=r.transient_max_s),
+            retry=retry_if_exception_type(TransientError),
+            before_sleep=lambda _: metrics.RETRIES.labels("transient").inc(),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                if stats is not None:
+                    stats.api_calls += 1
+                return await self._post_once(path, endpoint, self._form(fields, file))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _form(self, fields: Mapping[str, str], file: tuple[str, bytes] | None) -> aiohttp.FormData:
+        form = aiohttp.FormData()
+        form.add_field("key", self._key.value)
+        form.add_field("json", "1")
+        for name, value in fields.items():
+            form.add_field(name, value)
+        if file is not None:
+            form.add_field("file", file[1], filename=file[0], content_type="application/octet-stream")
+        return form
+
+    # API ------------------------------------------------------------------------------------------------
+    async def submit(self, method: str, params: Mapping[str, str], stats: SolveStats | None = None) -> str:
+        """in.php: returns the CaptchaAI task id. Raises a classified ApiError."""
+        fields = dict(params)
+        fields["method"] = method
+        file = None
+        if method == "post":
+            raw = fields.pop("file")
+            file = ("captcha.png", _b64decode(raw))
+        reply = await self._call("in.php", "in", fields, file, stats)
+        return reply.request
+
+    async def get(self, captcha_id: str, stats: SolveStats | None = None) -> Answer | None:
+        """res.php?action=get: the answer, or None while it is not ready."""
+        reply = await self._call("res.php", "res_get", {"action": "get", "id": captcha_id}, stats=stats)
+        if reply.extra.get("not_ready"):
+            return None
+        result, ua = reply.extra.get("result"), reply.extra.get("user_agent")
+        request = result if isinstance(result, str) and result else reply.request
+        return Answer(request=request, user_agent=ua if isinstance(ua, str) else None)
+
+    async def threadsinfo(self) -> ThreadsInfo:
+        reply = await self._call("res.php", "res_threadsinfo", {"action": "threadsinfo"})
+        try:
+            return ThreadsInfo(int(reply.extra["threads"]), int(reply.extra.get("working_threads", 0)))
+        except (KeyError, TypeError, ValueError):
+            raise api_error("NON_JSON", "res_threadsinfo", "no threads field") from None
+
+    async def getbalance(self) -> float:
+        reply = await self._call("res.php", "res_getbalance", {"action": "getbalance"})
+        try:
+            return float(reply.request)
+        except ValueError:
+            raise api_error("NON_JSON", "res_getbalance", "balance is not a number") from None
+
+    async def reportbad(self, captcha_id: str) -> None:
+        await self._call("res.php", "res_reportbad", {"action": "reportbad", "id": captcha_id})
+
+    # the whole protocol for one task ----------------------------------------------------------------------
+    async def solve(self, kind: methods.Kind, method: str, params: Mapping[str, str], *, deadline: float,
+                    unsolvable_retries: int = 1, stats: SolveStats | None = None,
+                    sleep: Sleep = asyncio.sleep) -> Solution:
+        """Submit and poll until answered. `deadline` is a time.time() value.
+
+        Capacity errors are retried (same task) until the deadline; UNSOLVABLE is resubmitted up to
+        `unsolvable_retries` times. Raises FatalApiError, TaskFailed, TransientError (bounded retries
+        exhausted) or SolveTimeout.
+        """
+        stats = stats if stats is not None else SolveStats()
+        for round_ in range(unsolvable_retries + 1):
+            captcha_id = await self._submit_with_capacity_backoff(method, params, deadline, stats, sleep)
+            try:
+                answer = await self._poll(captcha_id, kind, deadline, stats, sleep)
+            except TaskFailed as exc:
+                if exc.code == "ERROR_CAPTCHA_UNSOLVABLE" and round_ < unsolvable_retries:
+                    metrics.RETRIES.labels("unsolvable").inc()
+                    continue
+                raise
+            assert stats.started_at is not None
+            return Solution(answer, stats.api_calls, stats.polls, stats.started_at, time.time())
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _submit_with_capacity_backoff(self, method: str, params: Mapping[str, str], deadline: float,
+                                            stats: SolveStats, sleep: Sleep) -> str:
+        delay = self.retry.capacity_initial_s
+        while True:
+            if stats.started_at is None:
+                stats.started_at = time.time()
+            try:
+                return await self.submit(method, params, stats)
+            except CapacityError:
+                metrics.RETRIES.labels("capacity").inc()
+                wait = random.uniform(delay / 2, delay)
+                if time.time() + wait >= deadline:
+                    raise SolveTimeout("no free thread before the deadline") from None
+                await sleep(wait)
+                delay = min(delay * 2, self.retry.capacity_max_s)
+
+    async def _poll(self, captcha_id: str, kind: methods.Kind, deadline: float, stats: SolveStats,
+                    sleep: Sleep) -> Answer:
+        schedule = PollSchedule(kind, self.poll_scale)
+        n = 0
+        while True:
+            wait = schedule.delay(n)
+            if time.time() + wait >= deadline:
+                remaining = deadline - time.time()
+                if remaining <= 0:
+                    raise SolveTimeout("solve time limit reached")
+                wait = remaining  # one last look at the deadline
+            await sleep(wait)
+            stats.polls += 1
+            answer = await self.get(captcha_id, stats)
+            if answer is not None:
+                return answer
+            if time.time() >= deadline:
+                raise SolveTimeout("solve time limit reached")
+            n += 1
+
+
+def _b64decode(value: str) -> bytes:
+    if value.startswith("data:") and "," in value:
+        value = value.split(",", 1)[1]
+    try:
+        return base64.b64decode(value, validate=False)
+    except (binascii.Error, ValueError):
+        raise api_error("ERROR_UPLOAD", "in", "file is not base64") from None
+
+
+_ERROR_TEXT = {
+    "ERROR_CAPTCHA_UNSOLVABLE": "CaptchaAI could not solve this captcha",
+    "ERROR_BAD_PARAMETERS": "CaptchaAI rejected the task's parameters",
+    "ERROR_PAGEURL": "pageurl is missing or invalid",
+    "ERROR_GOOGLEKEY": "googlekey (site key) is missing or malformed",
+    "ERROR_WRONG_GOOGLEKEY": "googlekey is not valid for this page",
+    "ERROR_BAD_TOKEN_OR_PAGEURL": "the sitekey/pageurl pair is invalid",
+    "ERROR_BAD_PROXY": "CaptchaAI marked the proxy as bad",
+    "ERROR_PROXY_CONNECTION_FAILED": "CaptchaAI could not connect through the proxy",
+    "ERROR_ZERO_CAPTCHA_FILESIZE": "the image is empty or too small",
+    "ERROR_TOO_BIG_CAPTCHA_FILESIZE": "the image is too large",
+    "ERROR_WRONG_FILE_EXTENSION": "the image format is not supported",
+    "ERROR_IMAGE_TYPE_NOT_SUPPORTED": "the image type is not supported",
+    "ERROR_UPLOAD": "the image could not be uploaded (not a valid image)",
+    "ERROR_IMAGE_DIMENSIONS_TOO_LARGE": "the image dimensions are too large",
+    "ERROR_WRONG_CAPTCHA_ID": "CaptchaAI no longer knows this task id",
+    "ERROR_WRONG_ID_FORMAT": "CaptchaAI rejected the task id format",
+    "SOLVE_TIMEOUT": "no answer within the solve time limit",
+}
+
+
+def describe(code: str) -> str:
+    """A short human-readable text for an error code (safe to show users)."""
+    return _ERROR_TEXT.get(code, f"CaptchaAI answered {code}")

@@ -1,0 +1,146 @@
+"""Prometheus metrics (the contract in docs/metrics.md) and the small HTTP server for probes and scrapes.
+
+Label values are bounded: ``method`` is a kind from ``methods.KIND_NAMES``, result codes are folded into
+``KNOWN_CODES`` (anything else becomes ``OTHER``), and nothing carries a task id, URL, key or token.
+The Prometheus registry is the only global state of the package.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+
+from captcha_worker import __version__, methods
+
+PREFIX = "captcha_solver_"
+
+SOLVE_BUCKETS = (1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300)
+WAIT_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
+AGE_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+POLL_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 40)
+
+OUTCOMES = ("solved", "error", "expired", "dead_lettered", "duplicate", "released")
+RETRY_CLASSES = ("capacity", "transient", "unsolvable", "requeue")
+
+#: result codes kept as label values; everything else is reported as OTHER
+KNOWN_CODES = frozenset({
+    "OK", "CAPCHA_NOT_READY", "ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "IP_BANNED",
+    "ERROR_ZERO_BALANCE", "ERROR_NO_SLOT_AVAILABLE", "ERROR_TOO_MUCH_REQUESTS", "ERROR_CAPTCHA_UNSOLVABLE",
+    "ERROR_BAD_PARAMETERS", "ERROR_PAGEURL", "ERROR_GOOGLEKEY", "ERROR_WRONG_GOOGLEKEY",
+    "ERROR_BAD_TOKEN_OR_PAGEURL", "ERROR_ZERO_CAPTCHA_FILESIZE", "ERROR_TOO_BIG_CAPTCHA_FILESIZE",
+    "ERROR_WRONG_FILE_EXTENSION", "ERROR_IMAGE_TYPE_NOT_SUPPORTED", "ERROR_UPLOAD",
+    "ERROR_IMAGE_DIMENSIONS_TOO_LARGE", "ERROR_BAD_PROXY", "ERROR_PROXY_CONNECTION_FAILED",
+    "ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR", "ERROR_WRONG_ID_FORMAT", "ERROR_WRONG_CAPTCHA_ID",
+    "ERROR_EMPTY_ACTION", "HTTP_429", "HTTP_5XX", "HTTP_4XX", "NON_JSON", "TIMEOUT", "CONNECTION_ERROR",
+})
+
+
+def code_label(code: str) -> str:
+    return code if code in KNOWN_CODES else "OTHER"
+
+
+def kind_label(kind: str | None) -> str:
+    return kind if kind in methods.KIND_NAMES else "unknown"
+
+
+TASKS = Counter(f"{PREFIX}tasks_total", "Tasks finished by this worker, by kind and outcome.",
+                ["method", "outcome"])
+SOLVE_DURATION = Histogram(f"{PREFIX}solve_duration_seconds",
+                           "From the first in.php call to the answer, for solved tasks.", ["method"],
+                           buckets=SOLVE_BUCKETS)
+QUEUE_WAIT = Histogram(f"{PREFIX}queue_wait_seconds", "From submission to claim by a worker.",
+                       buckets=WAIT_BUCKETS)
+IN_FLIGHT = Gauge(f"{PREFIX}in_flight", "Tasks this worker is solving now (holding a budget unit).")
+CONCURRENCY = Gauge(f"{PREFIX}concurrency_limit", "Solve slots of this worker (WORKER_CONCURRENCY).")
+BUDGET_LIMIT = Gauge(f"{PREFIX}budget_limit", "Cluster-wide thread budget this worker enforces (CAPTCHAAI_THREADS).")
+BUDGET_IN_USE = Gauge(f"{PREFIX}budget_in_use", "Budget units held cluster-wide (all workers), as last read.")
+BUDGET_HELD = Gauge(f"{PREFIX}budget_held", "Budget units held by this worker's slots.")
+BUDGET_WAIT = Counter(f"{PREFIX}budget_wait_seconds_total",
+                      "Slot-seconds spent waiting for a budget unit (the plan's threads are all in use).")
+PLAN_THREADS = Gauge(f"{PREFIX}plan_threads", "The plan's threads as reported by res.php?action=threadsinfo.")
+PLAN_WORKING_THREADS = Gauge(f"{PREFIX}plan_working_threads",
+                             "Threads busy on the account as reported by threadsinfo.")
+PLAN_MONTHLY_PRICE = Gauge(f"{PREFIX}plan_monthly_price", "Plan price per month (CAPTCHAAI_MONTHLY_PRICE).")
+BALANCE = Gauge(f"{PREFIX}balance", "Account balance as reported by res.php?action=getbalance.")
+API_REQUESTS = Counter(f"{PREFIX}api_requests_total", "CaptchaAI API requests by endpoint and result code.",
+                       ["endpoint", "code"])
+API_LATENCY = Histogram(f"{PREFIX}api_request_duration_seconds", "CaptchaAI HTTP request latency.",
+                        ["endpoint"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+POLLS = Histogram(f"{PREFIX}polls_per_solve", "res.php?action=get calls per solved or failed task.",
+                  ["method"], buckets=POLL_BUCKETS)
+RETRIES = Counter(f"{PREFIX}retries_total",
+                  "Retries by class: capacity (no free thread), transient (5xx, timeouts), unsolvable "
+                  "(resubmitted), requeue (task put back on the queue).", ["class"])
+QUEUE_DEPTH = Gauge(f"{PREFIX}queue_depth", "Items in the queue's lists, as last read by this worker.",
+                    ["state"])
+WORKERS_ALIVE = Gauge(f"{PREFIX}workers_alive", "Workers that sent a heartbeat recently (cluster-wide).")
+LEASES_REAPED = Counter(f"{PREFIX}leases_reaped_total",
+                        "Items this worker's reaper put back on pending: expired lease or orphaned claim.",
+                        ["reason"])
+LEASES_LOST = Counter(f"{PREFIX}leases_lost_total", "Leases this worker found gone when renewing them.")
+TOKEN_AGE = Histogram(f"{PREFIX}token_age_seconds",
+                      "Age of the answer when its result was written (received from res.php -> stored).",
+                      buckets=AGE_BUCKETS)
+FATAL_ERRORS = Counter(f"{PREFIX}fatal_errors_total",
+                       "Fatal API errors (bad key, IP banned, no plan): the worker stops claiming.", ["code"])
+READY = Gauge(f"{PREFIX}worker_ready", "1 when this worker is claiming tasks (readiness).")
+REDIS_ERRORS = Counter(f"{PREFIX}redis_errors_total", "Redis operations that failed and were retried.")
+BUILD_INFO = Gauge(f"{PREFIX}build_info", "Build information.", ["version", "python"])
+
+
+def init(*, concurrency: int, budget_limit: int, monthly_price: float) -> None:
+    """Set the static gauges and create every labelled series at zero so dashboards show 0, not 'no data'."""
+    BUILD_INFO.labels(__version__, platform.python_version()).set(1)
+    CONCURRENCY.set(concurrency)
+    BUDGET_LIMIT.set(budget_limit)
+    PLAN_MONTHLY_PRICE.set(monthly_price)
+    for kind in methods.KIND_NAMES:
+        for outcome in OUTCOMES:
+            TASKS.labels(kind, outcome)
+    for cls in RETRY_CLASSES:
+        RETRIES.labels(cls)
+    for state in ("pending", "processing", "dead"):
+        QUEUE_DEPTH.labels(state)
+    for reason in ("expired", "orphaned"):
+        LEASES_REAPED.labels(reason)
+
+
+class ProbeServer:
+    """`/metrics`, `/healthz` and `/readyz` on one port. Readiness comes from a callable."""
+
+    def __init__(self, host: str, port: int, ready: Callable[[], tuple[bool, str]]) -> None:
+        self.host, self.port, self._ready = host, port, ready
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> ProbeServer:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server
+        if server is not None and self.port == 0:
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        resp = web.Response(body=generate_latest())
+        resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]
+        return resp
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        ok, why = self._ready()
+        return web.Response(text=f"{why}\n", status=200 if ok else 503)

@@ -1,0 +1,242 @@
+"""Task and Result models, their JSON codec and task validation.
+
+A task body is a JSON object::
+
+    {"id": "3f2a…", "method": "turnstile", "params": {"sitekey": "…", "pageurl": "…"},
+     "submitted_at": 1764400000.1, "deadline": 1764400120.0, "reply_to": "p-1b2c…"}
+
+Only ``id``, ``method`` and ``params`` are required, so a task pushed by the seed guide's producer (a plain
+``RPUSH`` of ``{"id", "method", "params"}``) is accepted as is.  Validation never raises for bad input: it
+returns :class:`Invalid` with a reason that ends up in the dead-letter entry and in the producer's result.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from captcha_worker import methods
+
+MAX_ID_LENGTH = 128
+_ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+_REPLY_RE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+#: params the worker sets itself; a task may not carry them
+RESERVED_PARAMS = frozenset({"key", "json", "method", "soft_id", "header_acao", "pingback"})
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    method: str
+    params: Mapping[str, str]
+    kind: methods.Kind
+    submitted_at: float
+    deadline: float | None = None
+    reply_to: str | None = None
+
+    def body(self) -> str:
+        data: dict[str, Any] = {
+            "id": self.id,
+            "method": self.method,
+            "params": dict(self.params),
+            "submitted_at": self.submitted_at,
+        }
+        if self.deadline is not None:
+            data["deadline"] = self.deadline
+        if self.reply_to is not None:
+            data["reply_to"] = self.reply_to
+        return json.dumps(data, separators=(",", ":"))
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A payload that cannot become a Task. ``task_id``/``reply_to`` are set when they could be read."""
+
+    reason: str
+    code: str = "INVALID_TASK"
+    task_id: str | None = None
+    reply_to: str | None = None
+
+
+def valid_task_id(task_id: str) -> bool:
+    return bool(_ID_RE.match(task_id))
+
+
+def valid_reply_to(reply_to: str) -> bool:
+    return bool(_REPLY_RE.match(reply_to))
+
+
+def _flat_params(raw: object) -> dict[str, str] | str:
+    """Params as a flat str→str map, or the reason they are not one."""
+    if not isinstance(raw, dict):
+        return "params must be a JSON object"
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        if isinstance(value, bool):
+            out[key] = "1" if value else "0"
+        elif isinstance(value, str):
+            out[key] = value
+        elif isinstance(value, int | float) and math.isfinite(value):
+            out[key] = str(value)
+        else:
+            return f"params must be a flat map of strings and numbers (param {key!r} is {type(value).__name__})"
+    reserved = sorted(RESERVED_PARAMS.intersection(out))
+    if reserved:
+        return f"params must not set {', '.join(reserved)} (the worker sets them)"
+    return out
+
+
+def _number(data: Mapping[str, Any], name: str) -> float | str | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return f"{name} must be a unix timestamp (number)"
+    return float(value)
+
+
+def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None) -> Task | Invalid:
+    """Decode and validate one task body."""
+    raw = payload.encode() if isinstance(payload, str) else payload
+    if len(raw) > max_bytes:
+        return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code="TASK_TOO_LARGE")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return Invalid("payload is not valid JSON", code="INVALID_JSON")
+    if not isinstance(data, dict):
+        return Invalid("payload must be a JSON object with id, method and params", code="INVALID_JSON")
+    task_id = data.get("id")
+    if not isinstance(task_id, str) or not valid_task_id(task_id):
+        return Invalid(f"id must be 1-{MAX_ID_LENGTH} characters of letters, digits and . _ : -")
+    reply_to = data.get("reply_to")
+    if reply_to is not None and (not isinstance(reply_to, str) or not valid_reply_to(reply_to)):
+        return Invalid("reply_to must be a producer id (letters, digits, _ and -)", task_id=task_id)
+    invalid = _Invalidator(task_id, reply_to)
+    method = data.get("method")
+    if not isinstance(method, str) or not method:
+        return invalid("method must be a non-empty string")
+    if method.lower() in methods.UNSUPPORTED:
+        return invalid(methods.UNSUPPORTED[method.lower()], code="UNSUPPORTED_METHOD")
+    params = _flat_params(data.get("params", {}))
+    if isinstance(params, str):
+        return invalid(params)
+    kind = methods.kind_of(method, params)
+    if kind is None:
+        known = ", ".join(sorted(methods.METHODS))
+        return invalid(f"unknown method {method!r} (known: {known})", code="UNKNOWN_METHOD")
+    missing = methods.missing_param(kind, params)
+    if missing is not None:
+        return invalid(f"missing required param {missing.name!r} for {kind.name}", code=missing.missing_error)
+    submitted_at = _number(data, "submitted_at")
+    deadline = _number(data, "deadline")
+    for value in (submitted_at, deadline):
+        if isinstance(value, str):
+            return invalid(value)
+    assert not isinstance(submitted_at, str) and not isinstance(deadline, str)
+    return Task(
+        id=task_id,
+        method=method,
+        params=params,
+        kind=kind,
+        submitted_at=submitted_at if submitted_at is not None else (time.time() if now is None else now),
+        deadline=deadline,
+        reply_to=reply_to,
+    )
+
+
+@dataclass(frozen=True)
+class _Invalidator:
+    task_id: str
+    reply_to: str | None
+
+    def __call__(self, reason: str, code: str = "INVALID_TASK") -> Invalid:
+        return Invalid(reason, code=code, task_id=self.task_id, reply_to=self.reply_to)
+
+
+class Status(enum.Enum):
+    SOLVED = "solved"
+    ERROR = "error"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Unix timestamps of one task's life; any may be None when the stage did not happen."""
+
+    submitted_at: float | None = None
+    claimed_at: float | None = None
+    started_at: float | None = None  # first in.php call
+    solved_at: float | None = None  # answer received from res.php
+    finished_at: float | None = None  # result written
+
+    @property
+    def queued(self) -> float | None:
+        return _span(self.submitted_at, self.claimed_at)
+
+    @property
+    def solving(self) -> float | None:
+        return _span(self.started_at, self.solved_at or self.finished_at)
+
+    @property
+    def total(self) -> float | None:
+        return _span(self.submitted_at, self.finished_at)
+
+
+def _span(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else max(0.0, b - a)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the worker writes for a task and the producer reads back."""
+
+    id: str
+    status: Status
+    kind: str | None = None
+    solution: str | None = None  # res.php `request` for solved tasks
+    user_agent: str | None = None  # Enterprise / Cloudflare challenge answers
+    code: str | None = None  # error code (CaptchaAI's, or ours: INVALID_TASK, MAX_ATTEMPTS_EXCEEDED, ...)
+    text: str | None = None  # human-readable reason
+    attempts: int = 0
+    api_calls: int = 0
+    timings: Timings = field(default_factory=Timings)
+    token_lifetime_s: float | None = None
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {"id": self.id, "status": self.status.value}
+        for name in ("kind", "solution", "user_agent", "code", "text", "token_lifetime_s"):
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
+        data["attempts"] = self.attempts
+        data["api_calls"] = self.api_calls
+        data["timings"] = {k: v for k, v in vars(self.timings).items() if v is not None}
+        return json.dumps(data, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(payload: bytes | str) -> Result:
+        data = json.loads(payload)
+        timings = data.get("timings") or {}
+        return Result(
+            id=str(data["id"]),
+            status=Status(data["status"]),
+            kind=data.get("kind"),
+            solution=data.get("solution"),
+            user_agent=data.get("user_agent"),
+            code=data.get("code"),
+            text=data.get("text"),
+            attempts=int(data.get("attempts", 0)),
+            api_calls=int(data.get("api_calls", 0)),
+            timings=Timings(**{k: float(v) for k, v in timings.items() if k in Timings.__dataclass_fields__}),
+            token_lifetime_s=data.get("token_lifetime_s"),
+        )

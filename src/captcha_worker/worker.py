@@ -1,0 +1,542 @@
+"""Worker runtime: N solve slots per process under a cluster-wide thread budget.
+
+One process runs these coroutines:
+
+* **claimer** — while this worker holds budget units that no solve is using, claims that many tasks
+  (CLAIM, non-blocking, batched), or waits on BLMOVE for one; each claimed task becomes a *job*.
+* **jobs** — one per claimed task: validate, check deadline and attempts, solve through the API client, then
+  ACK / BURY / RELEASE (see ``queue``).
+* **budget** — keeps ``WORKER_CONCURRENCY`` budget units in ``{q}:budget`` when the cluster-wide limit
+  (``CAPTCHAAI_THREADS``) allows; a slot without a unit never calls the API.
+* **heartbeat** — renews job leases and budget units, records the worker as alive, exports queue depths.
+* **reaper** — requeues expired leases and orphaned claims (every worker runs one; the script is atomic).
+* **plan** — reads threadsinfo/getbalance; while a fatal API error (bad key, IP ban) lasts, probes for recovery.
+
+Phases: RUNNING → (fatal API error) FATAL → (probe succeeds) RUNNING; SIGTERM → DRAINING: stop claiming,
+let jobs finish within ``DRAIN_GRACE_SECONDS``, then cancel them; a cancelled job puts its task back at the
+front of pending without counting the attempt.  Redis outages never crash the worker: every Redis operation is
+retried with backoff (readiness false meanwhile); a task whose lease lapsed is requeued by a reaper and the
+first result written wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import random
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
+
+from redis import exceptions as rexc
+from redis.asyncio import Redis
+
+from captcha_worker import metrics
+from captcha_worker.captchaai import (
+    CaptchaAI,
+    FatalApiError,
+    SolveStats,
+    SolveTimeout,
+    TaskFailed,
+    TransientError,
+    describe,
+)
+from captcha_worker.config import WorkerConfig
+from captcha_worker.log import event
+from captcha_worker.queue import Claimed, Queue, dead_entry, is_raw_item
+from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task
+
+log = logging.getLogger("captcha_worker.worker")
+T = TypeVar("T")
+P = ParamSpec("P")
+
+REPLY_TTL_S = 300
+_RETRYABLE_REDIS = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, rexc.ReadOnlyError)
+_RETRYABLE_REPLIES = ("OOM", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
+
+
+class Phase(enum.Enum):
+    RUNNING = "running"
+    FATAL = "fatal"
+    DRAINING = "draining"
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+@dataclass(eq=False)
+class Job:
+    """One claimed task while this worker owns it. ``item`` is what sits in processing."""
+
+    item: str
+    attempts: int = 0
+    task: Task | None = None
+    claimed_at: float = field(default_factory=time.time)
+
+
+def _retryable(exc: Exception) -> bool:
+    if isinstance(exc, _RETRYABLE_REDIS):
+        return True
+    return isinstance(exc, rexc.ResponseError) and str(exc).startswith(_RETRYABLE_REPLIES)
+
+
+class Worker:
+    def __init__(self, cfg: WorkerConfig, redis: Redis, api: CaptchaAI, *, worker_id: str | None = None) -> None:
+        self.cfg = cfg
+        self.api = api
+        self.queue = Queue(redis, cfg.queue)
+        self.id = worker_id or default_worker_id()
+        self.members = [f"{self.id}:{i}" for i in range(cfg.concurrency)]
+        self.held: set[str] = set()  # budget units this worker holds
+        self.jobs: set[Job] = set()
+        self.phase = Phase.RUNNING
+        self.fatal_code: str | None = None
+        self.redis_ok = True
+        self.last_pending = 0
+        self._wake = asyncio.Event()  # capacity changed: the claimer looks again
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- readiness ----------------------------------------------------------------------------------------
+    def readiness(self) -> tuple[bool, str]:
+        if self.phase is Phase.DRAINING:
+            return False, "draining"
+        if self.phase is Phase.FATAL:
+            return False, f"fatal API error: {self.fatal_code}"
+        if not self.redis_ok:
+            return False, "redis unavailable"
+        return True, "ready"
+
+    def _set_ready_gauge(self) -> None:
+        metrics.READY.set(1 if self.readiness()[0] else 0)
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event, hard_stop: asyncio.Event | None = None) -> None:
+        """Run until `stop` is set, then drain. `hard_stop` (a second signal) cuts the drain short."""
+        metrics.init(concurrency=self.cfg.concurrency, budget_limit=self.cfg.threads,
+                     monthly_price=self.cfg.monthly_price)
+        event(log, "worker_started", worker=self.id, concurrency=self.cfg.concurrency, threads=self.cfg.threads,
+              queue=self.cfg.queue)
+        if self.cfg.concurrency > self.cfg.threads:
+            event(log, "concurrency_above_threads", logging.WARNING, concurrency=self.cfg.concurrency,
+                  threads=self.cfg.threads, hint="slots above the plan's threads only wait for budget")
+        loops = [asyncio.create_task(self._supervise(name, fn)) for name, fn in (
+            ("plan", self._plan_loop), ("budget", self._budget_loop),
+            ("heartbeat", self._heartbeat_loop), ("reaper", self._reaper_loop))]
+        claimer = asyncio.create_task(self._supervise("claimer", self._claim_loop))
+        self._set_ready_gauge()
+        try:
+            await stop.wait()
+        finally:
+            self.phase = Phase.DRAINING
+            self._set_ready_gauge()
+            self._stop.set()
+            self._wake.set()
+            await asyncio.gather(claimer, return_exceptions=True)
+            await self._drain(hard_stop or asyncio.Event())
+            for t in loops:
+                t.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            await self._say_goodbye()
+            event(log, "worker_stopped", worker=self.id)
+
+    async def _drain(self, hard_stop: asyncio.Event) -> None:
+        """Let running jobs finish within the grace (or until a second signal), then cancel the rest."""
+        if not self._tasks:
+            return
+        event(log, "draining", jobs=len(self._tasks), grace_s=self.cfg.drain_grace_seconds)
+        all_done = asyncio.ensure_future(asyncio.wait(list(self._tasks)))
+        hard = asyncio.ensure_future(hard_stop.wait())
+        await asyncio.wait({all_done, hard}, timeout=self.cfg.drain_grace_seconds,
+                           return_when=asyncio.FIRST_COMPLETED)
+        all_done.cancel()
+        hard.cancel()
+        left = list(self._tasks)
+        if left:
+            event(log, "drain_grace_exceeded", logging.WARNING, requeued=len(left))
+            for t in left:
+                t.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
+
+    async def _say_goodbye(self) -> None:
+        with suppress(Exception):
+            await asyncio.wait_for(self.queue.budget_release(sorted(self.held)), 2)
+            await asyncio.wait_for(self.queue.forget_worker(self.id), 2)
+        self.held.clear()
+        metrics.BUDGET_HELD.set(0)
+
+    async def _supervise(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run a background loop forever; a bug in one iteration is logged and the loop restarted."""
+        while not (name == "claimer" and self._stop.is_set()):
+            try:
+                await loop()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                event(log, "loop_crashed", logging.ERROR, loop=name, error=type(exc).__name__, detail=str(exc)[:200])
+                await asyncio.sleep(1)
+
+    async def _redis(self, what: str, op: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T | None:
+        """Run a Redis operation, retrying connection-level failures with backoff until it succeeds.
+
+        Returns None only for claims while the worker is stopping and Redis is still unreachable.
+        """
+        delay = 0.05
+        while True:
+            try:
+                result = await op(*args, **kwargs)
+            except Exception as exc:
+                if not _retryable(exc):
+                    raise
+                metrics.REDIS_ERRORS.inc()
+                if self.redis_ok:
+                    self.redis_ok = False
+                    self._set_ready_gauge()
+                    event(log, "redis_unavailable", logging.WARNING, op=what, error=type(exc).__name__)
+                if self._stop.is_set() and what in {"claim", "claim_blocking"}:
+                    return None
+                await asyncio.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 5.0)
+                continue
+            if not self.redis_ok:
+                self.redis_ok = True
+                self._set_ready_gauge()
+                event(log, "redis_reconnected", op=what)
+            return result
+
+    # -- claiming -----------------------------------------------------------------------------------------
+    def _room(self) -> int:
+        if self.phase is not Phase.RUNNING:
+            return 0
+        return len(self.held) - len(self._tasks)
+
+    async def _claim_loop(self) -> None:
+        lease = self.cfg.lease_seconds
+        while not self._stop.is_set():
+            room = self._room()
+            if room <= 0:
+                self._wake.clear()
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                continue
+            claimed = await self._redis("claim", self.queue.claim, room, lease_s=lease)
+            if not claimed:
+                if self._stop.is_set():
+                    break
+                one = await self._redis("claim_blocking", self.queue.claim_blocking, timeout_s=1.0,
+                                        lease_s=lease)
+                claimed = [one] if one is not None else []
+            for c in claimed:
+                self._start(c)
+
+    def _start(self, claimed: Claimed) -> None:
+        job = Job(claimed.item, claimed.attempts)
+        self.jobs.add(job)
+        t = asyncio.create_task(self._handle(job, claimed))
+        self._tasks.add(t)
+        t.add_done_callback(lambda done: self._job_done(job, done))
+
+    def _job_done(self, job: Job, t: asyncio.Task[None]) -> None:
+        self.jobs.discard(job)
+        self._tasks.discard(t)
+        self._wake.set()
+
+    async def _handle(self, job: Job, claimed: Claimed) -> None:
+        try:
+            await self._process(job, claimed)
+        except asyncio.CancelledError:
+            # the drain grace ran out: give the task back without counting this attempt
+            with suppress(Exception):
+                await asyncio.shield(self.queue.release(job.item, refund_attempt=True, front=True,
+                                                        last_error="worker shut down"))
+            metrics.TASKS.labels(metrics.kind_label(job.task.kind.name if job.task else None), "released").inc()
+            raise
+        except Exception as exc:
+            event(log, "job_crashed", logging.ERROR, item=_item_ref(job.item), error=type(exc).__name__)
+            with suppress(Exception):
+                await self.queue.release(job.item, refund_attempt=False, front=False, last_error="worker error")
+
+    # -- one task -----------------------------------------------------------------------------------------
+    async def _process(self, job: Job, claimed: Claimed) -> None:
+        task = await self._load(job, claimed)
+        if task is None:
+            return
+        job.task = task
+        metrics.QUEUE_WAIT.observe(max(0.0, job.claimed_at - task.submitted_at))
+        if job.attempts > self.cfg.max_attempts:
+            last = await self._redis("last_error", self.queue.last_error, task.id)
+            await self._bury(job, f"gave up after {job.attempts - 1} attempts (last: {last or 'unknown'})",
+                             "MAX_ATTEMPTS_EXCEEDED", task_id=task.id, reply_to=task.reply_to, body=task.body(),
+                             raw=None)
+        elif task.expired(time.time()):
+            await self._finish(job, task, Result(task.id, Status.EXPIRED, code="DEADLINE_PASSED",
+                                                 text="the task's deadline passed before it was solved"))
+        else:
+            await self._solve(job, task)
+
+    async def _load(self, job: Job, claimed: Claimed) -> Task | None:
+        """The claimed item's Task, or None when it was settled here (invalid, expired body, duplicate)."""
+        if is_raw_item(claimed.item):
+            return await self._adopt(job, claimed.item)
+        if claimed.body is None:
+            await self._finish(job, None, Result(claimed.item, Status.EXPIRED, code="TASK_EXPIRED",
+                                                 text="the task body expired before a worker claimed it"))
+            return None
+        if claimed.done:
+            await self._redis("ack", self.queue.ack, job.item, None)
+            metrics.TASKS.labels("unknown", "duplicate").inc()
+            return None
+        parsed = parse_task(claimed.body, max_bytes=self.cfg.max_task_bytes)
+        if isinstance(parsed, Invalid):
+            await self._bury(job, parsed.reason, parsed.code, task_id=parsed.task_id, reply_to=parsed.reply_to,
+                             body=claimed.body, raw=None)
+            return None
+        return parsed
+
+    async def _adopt(self, job: Job, raw: str) -> Task | None:
+        """A seed-guide producer's raw JSON: validate it, then give it a task hash and an id item."""
+        parsed = parse_task(raw, max_bytes=self.cfg.max_task_bytes)
+        if isinstance(parsed, Invalid):
+            await self._bury(job, parsed.reason, parsed.code, task_id=parsed.task_id, reply_to=parsed.reply_to,
+                             body=None, raw=raw)
+            return None
+        attempts = await self._redis("adopt", self.queue.adopt, raw, parsed.id, parsed.body(),
+                                     ttl=self.cfg.task_ttl_seconds, lease_s=self.cfg.lease_seconds)
+        if attempts is None:
+            return None  # a reaper took it back meanwhile
+        job.item, job.attempts = parsed.id, attempts
+        return parsed
+
+    async def _solve(self, job: Job, task: Task) -> None:
+        cfg = self.cfg
+        now = time.time()
+        deadline = now + cfg.solve_timeout_seconds
+        if task.deadline is not None:
+            deadline = min(deadline, task.deadline)
+        stats = SolveStats()
+        metrics.IN_FLIGHT.inc()
+        try:
+            solution = await self.api.solve(task.kind, task.method, task.params, deadline=deadline,
+                                            unsolvable_retries=cfg.unsolvable_retries, stats=stats)
+        except FatalApiError as exc:
+            self._enter_fatal(exc.code)
+            await self._release(job, refund=True, front=True, why=exc.code)
+            return
+        except TaskFailed as exc:
+            await self._finish(job, task, Result(task.id, Status.ERROR, code=exc.code, text=describe(exc.code)),
+                               stats)
+            return
+        except TransientError as exc:
+            await self._retry_later(job, task, exc.code)
+            return
+        except SolveTimeout:
+            await self._timed_out(job, task, stats)
+            return
+        finally:
+            metrics.IN_FLIGHT.dec()
+        answer = solution.answer
+        result = Result(task.id, Status.SOLVED, solution=answer.request, user_agent=answer.user_agent)
+        await self._finish(job, task, result, stats, solved_at=solution.solved_at)
+
+    async def _timed_out(self, job: Job, task: Task, stats: SolveStats) -> None:
+        if task.expired(time.time()):
+            await self._finish(job, task, Result(task.id, Status.EXPIRED, code="DEADLINE_PASSED",
+                                                 text="the task's deadline passed while it was being solved"), stats)
+        elif stats.polls == 0:
+            # never got a thread: capacity is not the task's fault, so no attempt is counted
+            metrics.RETRIES.labels("requeue").inc()
+            await self._release(job, refund=True, front=False, why="no free thread within the solve timeout")
+        else:
+            await self._finish(job, task, Result(task.id, Status.ERROR, code="SOLVE_TIMEOUT",
+                                                 text=describe("SOLVE_TIMEOUT")), stats)
+
+    async def _retry_later(self, job: Job, task: Task, code: str) -> None:
+        if job.attempts >= self.cfg.max_attempts:
+            await self._bury(job, f"gave up after {job.attempts} attempts (last: {code})", "MAX_ATTEMPTS_EXCEEDED",
+                             task_id=task.id, reply_to=task.reply_to, body=task.body(), raw=None)
+        else:
+            metrics.RETRIES.labels("requeue").inc()
+            await self._release(job, refund=False, front=False, why=code)
+
+    # -- outcomes -----------------------------------------------------------------------------------------
+    async def _finish(self, job: Job, task: Task | None, result: Result, stats: SolveStats | None = None,
+                      solved_at: float | None = None) -> None:
+        finished = time.time()
+        kind = task.kind if task else None
+        full = Result(
+            id=result.id, status=result.status, kind=kind.name if kind else None, solution=result.solution,
+            user_agent=result.user_agent, code=result.code, text=result.text, attempts=job.attempts,
+            api_calls=stats.api_calls if stats else 0,
+            timings=Timings(submitted_at=task.submitted_at if task else None, claimed_at=job.claimed_at,
+                            started_at=stats.started_at if stats else None, solved_at=solved_at,
+                            finished_at=finished),
+            token_lifetime_s=kind.token_lifetime_s if kind and result.status is Status.SOLVED else None,
+        )
+        won = await self._redis("ack", self.queue.ack, job.item, full, reply_to=task.reply_to if task else None,
+                                result_ttl=self.cfg.result_ttl_seconds, reply_ttl=REPLY_TTL_S)
+        label = metrics.kind_label(kind.name if kind else None)
+        outcome = result.status.value if won else "duplicate"
+        metrics.TASKS.labels(label, outcome).inc()
+        if stats is not None and stats.started_at is not None:
+            metrics.POLLS.labels(label).observe(stats.polls)
+        if won and solved_at is not None and stats is not None and stats.started_at is not None:
+            metrics.SOLVE_DURATION.labels(label).observe(solved_at - stats.started_at)
+            metrics.TOKEN_AGE.observe(max(0.0, time.time() - solved_at))
+        if won and self.cfg.compat_results_hash:
+            await self._redis("compat_results", self.queue.write_seed_result, full)
+        event(log, "task_done", id=result.id, kind=label, status=outcome, code=result.code, attempts=job.attempts,
+              api_calls=full.api_calls, seconds=round(finished - job.claimed_at, 3))
+
+    async def _bury(self, job: Job, reason: str, code: str, *, task_id: str | None, reply_to: str | None,
+                    body: str | None, raw: str | None) -> None:
+        entry = dead_entry(reason=reason, code=code, task_id=task_id, body=body, raw=raw, attempts=job.attempts)
+        result = None
+        if task_id is not None:
+            result = Result(task_id, Status.ERROR, kind=job.task.kind.name if job.task else None, code=code,
+                            text=reason, attempts=job.attempts,
+                            timings=Timings(claimed_at=job.claimed_at, finished_at=time.time()))
+        await self._redis("bury", self.queue.bury, job.item, entry, result=result, reply_to=reply_to,
+                          dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
+                          reply_ttl=REPLY_TTL_S)
+        metrics.TASKS.labels(metrics.kind_label(job.task.kind.name if job.task else None), "dead_lettered").inc()
+        event(log, "task_dead_lettered", logging.WARNING, id=task_id, code=code, reason=reason,
+              attempts=job.attempts)
+
+    async def _release(self, job: Job, *, refund: bool, front: bool, why: str) -> None:
+        await self._redis("release", self.queue.release, job.item, refund_attempt=refund, front=front,
+                          last_error=why)
+        metrics.TASKS.labels(metrics.kind_label(job.task.kind.name if job.task else None), "released").inc()
+        event(log, "task_released", id=_item_ref(job.item), why=why, attempt_refunded=refund)
+
+    # -- fatal state --------------------------------------------------------------------------------------
+    def _enter_fatal(self, code: str) -> None:
+        metrics.FATAL_ERRORS.labels(metrics.code_label(code)).inc()
+        if self.phase is Phase.RUNNING:
+            self.phase = Phase.FATAL
+            self.fatal_code = code
+            self._set_ready_gauge()
+            event(log, "fatal_api_error", logging.ERROR, code=code,
+                  hint="check CAPTCHAAI_KEY and the plan; claiming stopped, tasks stay queued")
+
+    def _leave_fatal(self) -> None:
+        if self.phase is Phase.FATAL:
+            self.phase = Phase.RUNNING
+            self.fatal_code = None
+            self._set_ready_gauge()
+            self._wake.set()
+            event(log, "fatal_api_error_cleared")
+
+    # -- background loops ---------------------------------------------------------------------------------
+    async def _plan_loop(self) -> None:
+        """threadsinfo + getbalance now and then; while FATAL, probe every 30 s (scaled) to recover."""
+        cfg = self.cfg
+        while True:
+            try:
+                info = await self.api.threadsinfo()
+                metrics.PLAN_THREADS.set(info.threads)
+                metrics.PLAN_WORKING_THREADS.set(info.working_threads)
+                if info.threads != cfg.threads:
+                    event(log, "plan_threads_mismatch", logging.WARNING, plan_threads=info.threads,
+                          configured=cfg.threads)
+                metrics.BALANCE.set(await self.api.getbalance())
+                self._leave_fatal()
+            except FatalApiError as exc:
+                self._enter_fatal(exc.code)
+            except (TransientError, TaskFailed) as exc:
+                event(log, "plan_check_failed", logging.WARNING, code=exc.code)
+            pause = cfg.threadsinfo_interval_seconds if self.phase is not Phase.FATAL else 30.0 / cfg.time_scale
+            await asyncio.sleep(pause)
+
+    async def _budget_loop(self) -> None:
+        cfg = self.cfg
+        last = time.monotonic()
+        while True:
+            if self.phase is Phase.RUNNING:
+                want = [m for m in self.members if m not in self.held]
+                if want:
+                    granted = await self._redis("budget_acquire", self.queue.budget_acquire, want,
+                                                limit=cfg.threads, lease_s=cfg.lease_seconds)
+                    if granted:
+                        self.held.update(granted)
+                        self._wake.set()
+            elif self.phase is Phase.FATAL and self.held:
+                # a worker that cannot call the API must not sit on the plan's threads
+                idle = sorted(self.held)[: max(0, len(self.held) - len(self._tasks))]
+                await self._redis("budget_release", self.queue.budget_release, idle)
+                self.held.difference_update(idle)
+            now = time.monotonic()
+            missing = len(self.members) - len(self.held)
+            if missing > 0 and self.last_pending > 0 and self.phase is Phase.RUNNING:
+                metrics.BUDGET_WAIT.inc(missing * (now - last))
+            last = now
+            metrics.BUDGET_HELD.set(len(self.held))
+            await asyncio.sleep(0.2 if missing else 1.0)
+
+    async def _heartbeat_loop(self) -> None:
+        cfg = self.cfg
+        period = cfg.lease_seconds / 3
+        while True:
+            items = [j.item for j in self.jobs]
+            lost = await self._redis("renew", self.queue.renew, items, lease_s=cfg.lease_seconds) or []
+            for item in lost:
+                metrics.LEASES_LOST.inc()
+                event(log, "lease_lost", logging.WARNING, item=_item_ref(item))
+            units = sorted(self.held)
+            gone = await self._redis("budget_renew", self.queue.budget_renew, units,
+                                     lease_s=cfg.lease_seconds) or []
+            if gone:
+                self.held.difference_update(gone)
+                event(log, "budget_units_lost", logging.WARNING, count=len(gone))
+            beat = await self._redis("heartbeat", self.queue.heartbeat, self.id)
+            depths = await self._redis("depths", self.queue.depths)
+            if beat is not None:
+                metrics.BUDGET_IN_USE.set(beat[0])
+                metrics.WORKERS_ALIVE.set(beat[1])
+            if depths is not None:
+                pending, processing, dead = depths
+                self.last_pending = pending
+                metrics.QUEUE_DEPTH.labels("pending").set(pending)
+                metrics.QUEUE_DEPTH.labels("processing").set(processing)
+                metrics.QUEUE_DEPTH.labels("dead").set(dead)
+            await asyncio.sleep(min(period, 5.0))
+
+    async def _reaper_loop(self) -> None:
+        cfg = self.cfg
+        while True:
+            await asyncio.sleep(cfg.lease_seconds / 2 * (0.75 + 0.5 * random.random()))
+            counts = await self._redis("reap", self.queue.reap, orphan_grace_s=cfg.orphan_grace_seconds)
+            if counts and any(counts):
+                expired, orphaned = counts
+                metrics.LEASES_REAPED.labels("expired").inc(expired)
+                metrics.LEASES_REAPED.labels("orphaned").inc(orphaned)
+                event(log, "leases_reaped", logging.WARNING, expired=expired, orphaned=orphaned)
+
+
+def _item_ref(item: str) -> str:
+    """A loggable reference to a queue item: the id, or a marker for raw JSON (which may hold params)."""
+    return "<raw seed task>" if is_raw_item(item) else item
+
+
+async def connect_redis(cfg: WorkerConfig) -> Redis:
+    """A Redis client from the config (TLS, ACL user, password). Does not connect yet."""
+    rc = cfg.redis
+    kwargs: dict[str, object] = {"decode_responses": True, "socket_timeout": 10, "socket_connect_timeout": 5,
+                                 "health_check_interval": 15}
+    if rc.username:
+        kwargs["username"] = rc.username
+    if rc.password:
+        kwargs["password"] = rc.password.value
+    if rc.url.startswith("rediss://"):
+        if rc.tls_ca_file:
+            kwargs["ssl_ca_certs"] = rc.tls_ca_file
+        if rc.tls_insecure:
+            kwargs["ssl_cert_reqs"] = "none"
+    return Redis.from_url(rc.url, **kwargs)  # type: ignore[arg-type]
