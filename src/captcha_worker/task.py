@@ -105,7 +105,7 @@ def _number(data: Mapping[str, Any], name: str) -> float | str | None:
 
 
 def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None) -> Task | Invalid:
-    """Decode and validate one task body."""
+    """Decode and validate one task body (as stored in Redis or RPUSHed by a seed-guide producer)."""
     raw = payload.encode() if isinstance(payload, str) else payload
     if len(raw) > max_bytes:
         return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code="TASK_TOO_LARGE")
@@ -115,6 +115,11 @@ def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None
         return Invalid("payload is not valid JSON", code="INVALID_JSON")
     if not isinstance(data, dict):
         return Invalid("payload must be a JSON object with id, method and params", code="INVALID_JSON")
+    return make_task(data, now=now)
+
+
+def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | Invalid:
+    """Validate a decoded task object: id, method, flat params, required params, timestamps."""
     task_id = data.get("id")
     if not isinstance(task_id, str) or not valid_task_id(task_id):
         return Invalid(f"id must be 1-{MAX_ID_LENGTH} characters of letters, digits and . _ : -")
@@ -139,10 +144,10 @@ def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None
         return invalid(f"missing required param {missing.name!r} for {kind.name}", code=missing.missing_error)
     submitted_at = _number(data, "submitted_at")
     deadline = _number(data, "deadline")
-    for value in (submitted_at, deadline):
-        if isinstance(value, str):
-            return invalid(value)
-    assert not isinstance(submitted_at, str) and not isinstance(deadline, str)
+    if isinstance(submitted_at, str):
+        return invalid(submitted_at)
+    if isinstance(deadline, str):
+        return invalid(deadline)
     return Task(
         id=task_id,
         method=method,

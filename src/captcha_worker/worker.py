@@ -47,7 +47,7 @@ from captcha_worker.captchaai import (
     TransientError,
     describe,
 )
-from captcha_worker.config import WorkerConfig
+from captcha_worker.config import RedisConfig, WorkerConfig
 from captcha_worker.log import event
 from captcha_worker.queue import Claimed, Queue, dead_entry, is_raw_item
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task
@@ -525,9 +525,8 @@ def _item_ref(item: str) -> str:
     return "<raw seed task>" if is_raw_item(item) else item
 
 
-async def connect_redis(cfg: WorkerConfig) -> Redis:
+def connect_redis(rc: RedisConfig) -> Redis:
     """A Redis client from the config (TLS, ACL user, password). Does not connect yet."""
-    rc = cfg.redis
     kwargs: dict[str, object] = {"decode_responses": True, "socket_timeout": 10, "socket_connect_timeout": 5,
                                  "health_check_interval": 15}
     if rc.username:

@@ -1,0 +1,476 @@
+"""`captcha-worker` commands: run, simulator, check, submit, wait, stats, dead-letters, demo.
+
+Exit codes: 0 success, 1 a task or check failed, 2 bad configuration or arguments (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TextIO
+
+from redis import exceptions as rexc
+
+from captcha_worker import __version__, log
+from captcha_worker.config import DEFAULT_API_URL, ConfigError, RedisConfig, WorkerConfig, queue_name, redact_url
+from captcha_worker.task import Timings
+
+EXIT_OK, EXIT_FAIL, EXIT_CONFIG = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad arguments or environment for a command: printed on one line, exit code 2."""
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+def _die(prog: str, message: str) -> int:
+    print(f"{prog}: {message}", file=sys.stderr)
+    return EXIT_CONFIG
+
+
+def _stop_on_signals(stop: asyncio.Event, hard: asyncio.Event) -> None:
+    """First SIGTERM/SIGINT: graceful stop. Second: cut the drain short."""
+    loop = asyncio.get_running_loop()
+
+    def handler() -> None:
+        (hard if stop.is_set() else stop).set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, handler)
+
+
+def _redis_url(ns: argparse.Namespace) -> str:
+    return str(ns.redis_url or os.environ.get("REDIS_URL") or "redis://localhost:6379/0")
+
+
+@asynccontextmanager
+async def _producer(ns: argparse.Namespace) -> AsyncIterator[Any]:
+    from captcha_worker.client import CaptchaQueue
+
+    try:
+        queue = queue_name({"QUEUE_NAME": ns.queue or os.environ.get("QUEUE_NAME", "captcha")})
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    q = CaptchaQueue.from_url(_redis_url(ns), password=os.environ.get("REDIS_PASSWORD") or None, queue=queue)
+    async with q:
+        yield q
+
+
+def outcome_json(outcome: Any) -> dict[str, Any]:
+    """One result as a JSON-able dict (the CLI's output format)."""
+    from captcha_worker.client import Expired, Failed, Solved, TimedOut
+
+    if isinstance(outcome, TimedOut):
+        return {"id": outcome.id, "status": "timed_out", "waited_s": round(outcome.waited_s, 3)}
+    data: dict[str, Any] = {"id": outcome.id}
+    if isinstance(outcome, Solved):
+        data.update(status="solved", kind=outcome.kind, solution=outcome.solution, api_calls=outcome.api_calls)
+        if outcome.user_agent:
+            data["user_agent"] = outcome.user_agent
+    elif isinstance(outcome, Failed | Expired):
+        data.update(status="error" if isinstance(outcome, Failed) else "expired", code=outcome.code,
+                    text=outcome.text)
+    timings: Timings = outcome.timings
+    data["attempts"] = outcome.attempts
+    for name in ("queued", "solving", "total"):
+        value = getattr(timings, name)
+        if value is not None:
+            data[f"{name}_s"] = round(value, 3)
+    return data
+
+
+class Progress:
+    """A one-line progress bar on a terminal; silent otherwise."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr, label: str = "") -> None:
+        self.total, self.stream, self.label = total, stream, label
+        self.done = 0
+        self.counts: dict[str, int] = {}
+        self.enabled = stream.isatty() and total > 0
+        self._last = 0.0
+        self._started = time.monotonic()
+
+    def add(self, status: str) -> None:
+        self.done += 1
+        self.counts[status] = self.counts.get(status, 0) + 1
+        now = time.monotonic()
+        if self.enabled and (now - self._last > 0.1 or self.done == self.total):
+            self._last = now
+            self.render()
+
+    def render(self, extra: str = "") -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * self.done / self.total) if self.total else width
+        rate = self.done / max(1e-9, time.monotonic() - self._started)
+        detail = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
+        self.stream.write(f"\r{self.label}[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                          f"{rate:5.1f}/s {detail} {extra}\033[K")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# -- run ----------------------------------------------------------------------------------------------------
+def cmd_run(ns: argparse.Namespace) -> int:
+    try:
+        cfg = WorkerConfig.from_env()
+    except ConfigError as exc:
+        return _die("captcha-worker run", f"configuration error: {exc}")
+    log.setup(cfg.log_level, secrets=[cfg.api_key.value, cfg.redis.password.value])
+    return asyncio.run(_run_worker(cfg))
+
+
+async def _run_worker(cfg: WorkerConfig) -> int:
+    from captcha_worker.captchaai import CaptchaAI, RetryPolicy
+    from captcha_worker.metrics import ProbeServer
+    from captcha_worker.worker import Worker, connect_redis
+
+    stop, hard = asyncio.Event(), asyncio.Event()
+    _stop_on_signals(stop, hard)
+    redis = connect_redis(cfg.redis)
+    scale = cfg.time_scale
+    retry = RetryPolicy(transient_initial_s=1.0 / scale, transient_max_s=16.0 / scale,
+                        capacity_initial_s=2.0 / scale, capacity_max_s=30.0 / scale)
+    try:
+        async with CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=cfg.http_timeout_seconds, retry=retry,
+                             poll_scale=scale, max_connections=max(100, cfg.concurrency)) as api:
+            worker = Worker(cfg, redis, api)
+            async with ProbeServer(cfg.metrics_host, cfg.metrics_port, worker.readiness):
+                await worker.run(stop, hard)
+    except OSError as exc:
+        print(f"captcha-worker run: cannot listen on {cfg.metrics_host}:{cfg.metrics_port}: {exc.strerror}",
+              file=sys.stderr)
+        return EXIT_CONFIG
+    finally:
+        await redis.aclose()
+    return EXIT_OK
+
+
+# -- simulator ----------------------------------------------------------------------------------------------
+def cmd_simulator(ns: argparse.Namespace) -> int:
+    from captcha_worker import simulator
+
+    try:
+        config = simulator.config_from_args(ns)
+    except ValueError as exc:
+        return _die("captcha-worker simulator", str(exc))
+    try:
+        asyncio.run(simulator.serve(config, ns.host, ns.port))
+    except OSError as exc:
+        return _die("captcha-worker simulator", f"cannot listen on {ns.host}:{ns.port}: {exc.strerror}")
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
+# -- check --------------------------------------------------------------------------------------------------
+def cmd_check(ns: argparse.Namespace) -> int:
+    env = os.environ
+    try:
+        rc = RedisConfig.from_env(env)
+        queue = queue_name(env)
+        key = env.get("CAPTCHAAI_KEY", "").strip()
+        if not key:
+            raise ConfigError("CAPTCHAAI_KEY is required: the CaptchaAI API key (32 characters)")
+        api_url = (env.get("CAPTCHAAI_URL") or DEFAULT_API_URL).rstrip("/")
+        threads_text = env.get("CAPTCHAAI_THREADS", "").strip()
+        threads = int(threads_text) if threads_text else None
+    except ConfigError as exc:
+        return _die("captcha-worker check", f"configuration error: {exc}")
+    except ValueError:
+        return _die("captcha-worker check", "configuration error: CAPTCHAAI_THREADS must be an integer")
+    checks = asyncio.run(_checks(rc, queue, key, api_url, threads))
+    failed = [c for c in checks if not c[1]]
+    if ns.json:
+        print(json.dumps({"ok": not failed, "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks]}))
+    else:
+        for name, ok, detail in checks:
+            print(f"{'ok  ' if ok else 'FAIL'}  {name:<12} {detail}")
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+async def _checks(rc: RedisConfig, queue: str, key: str, api_url: str,
+                  threads: int | None) -> list[tuple[str, bool, str]]:
+    from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy
+    from captcha_worker.config import Secret
+    from captcha_worker.queue import Queue
+    from captcha_worker.worker import connect_redis
+
+    out: list[tuple[str, bool, str]] = []
+    redis = connect_redis(rc)
+    try:
+        stats = await asyncio.wait_for(Queue(redis, queue).stats(), 10)
+        out.append(("redis", True, f"{rc.display_url()} queue {queue!r}: {stats.pending} pending, "
+                                   f"{stats.processing} processing, {stats.dead} dead"))
+    except (rexc.RedisError, OSError, TimeoutError) as exc:
+        out.append(("redis", False, f"{rc.display_url()} unreachable ({type(exc).__name__})"))
+    finally:
+        await redis.aclose()
+    async with CaptchaAI(Secret(key), api_url, http_timeout_s=10, retry=RetryPolicy(transient_attempts=2,
+                                                                                      transient_initial_s=0.5)) as api:
+        try:
+            info = await api.threadsinfo()
+            out.append(("api key", True, f"accepted by {redact_url(api_url)}"))
+            fine = threads is None or threads <= info.threads
+            note = "" if threads is None else f" (CAPTCHAAI_THREADS={threads}" + (
+                ")" if fine else ": more than the plan has)")
+            out.append(("plan", fine, f"{info.threads} threads, {info.working_threads} working{note}"))
+            out.append(("balance", True, f"{await api.getbalance():g}"))
+        except ApiError as exc:
+            out.append(("api key", False, f"{redact_url(api_url)} answered {exc.code}"))
+    return out
+
+
+# -- producer commands --------------------------------------------------------------------------------------
+def _parse_params(pairs: Sequence[str]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--param expects NAME=VALUE, got {pair!r}")
+        params[name] = value
+    return params
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115 - closed below
+    try:
+        tasks = []
+        for n, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError:
+                raise UsageError(f"{path}:{n}: not valid JSON") from None
+            if not isinstance(item, dict) or "method" not in item:
+                raise UsageError(f"{path}:{n}: expected an object with 'method' and 'params'")
+            tasks.append(item)
+        return tasks
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def cmd_submit(ns: argparse.Namespace) -> int:
+    if bool(ns.method) == bool(ns.file):
+        raise UsageError("give either METHOD (with --param NAME=VALUE ...) or --file FILE.jsonl (- for stdin)")
+    if ns.file:
+        tasks = _read_jsonl(ns.file)
+    else:
+        tasks = [{"method": ns.method, "params": _parse_params(ns.param), "deadline": ns.deadline,
+                  "priority": ns.priority}]
+    return asyncio.run(_submit(ns, tasks))
+
+
+async def _submit(ns: argparse.Namespace, tasks: list[dict[str, Any]]) -> int:
+    from captcha_worker.client import InvalidTask, Solved
+
+    async with _producer(ns) as q:
+        try:
+            ids = await q.submit_many(tasks)
+        except InvalidTask as exc:
+            raise UsageError(f"invalid task: {exc}") from None
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"invalid task: {exc}") from None
+        if not ns.wait:
+            for task_id in ids:
+                print(task_id)
+            return EXIT_OK
+        progress = Progress(len(ids))
+        ok = True
+        async for outcome in q.as_completed(ids, ns.timeout):
+            data = outcome_json(outcome)
+            print(json.dumps(data), flush=True)
+            progress.add(data["status"])
+            ok = ok and isinstance(outcome, Solved)
+        progress.close()
+        return EXIT_OK if ok else EXIT_FAIL
+
+
+def cmd_wait(ns: argparse.Namespace) -> int:
+    return asyncio.run(_wait(ns))
+
+
+async def _wait(ns: argparse.Namespace) -> int:
+    from captcha_worker.client import Solved
+
+    async with _producer(ns) as q:
+        ok = True
+        async for outcome in q.as_completed(ns.ids, ns.timeout):
+            print(json.dumps(outcome_json(outcome)), flush=True)
+            ok = ok and isinstance(outcome, Solved)
+        return EXIT_OK if ok else EXIT_FAIL
+
+
+def cmd_stats(ns: argparse.Namespace) -> int:
+    return asyncio.run(_stats(ns))
+
+
+async def _stats(ns: argparse.Namespace) -> int:
+    async with _producer(ns) as q:
+        s = await q._guarded(q.queue.stats())  # noqa: SLF001
+    data = {"queue": q.keys.queue, "pending": s.pending, "processing": s.processing, "dead": s.dead,
+            "budget_in_use": s.budget_in_use, "workers_alive": s.workers_alive}
+    if ns.json:
+        print(json.dumps(data))
+    else:
+        for name, value in data.items():
+            print(f"{name:<14} {value}")
+    return EXIT_OK
+
+
+def cmd_dead_letters(ns: argparse.Namespace) -> int:
+    return asyncio.run(_dead_letters(ns))
+
+
+async def _dead_letters(ns: argparse.Namespace) -> int:
+    async with _producer(ns) as q:
+        if ns.action == "purge":
+            if not ns.yes:
+                raise UsageError("purge deletes every dead letter: add --yes")
+            print(json.dumps({"purged": await q.queue.purge_dead()}) if ns.json else
+                  f"purged {await q.queue.purge_dead()} dead letters")
+            return EXIT_OK
+        letters = await q.queue.dead_letters(0, ns.limit if ns.action == "list" else 1_000_000)
+        if ns.action == "list":
+            for d in letters:
+                row = {"id": d.id, "code": d.code, "reason": d.reason, "attempts": d.attempts, "at": d.at}
+                print(json.dumps(row) if ns.json else
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(d.at))}  {d.id or '-':<34} {d.code:<22} "
+                      f"{d.reason}")
+            return EXIT_OK
+        wanted = set(ns.ids)
+        if not wanted and not ns.all:
+            raise UsageError("requeue needs task ids or --all")
+        chosen = [d for d in letters if ns.all or d.id in wanted]
+        done = 0
+        for d in chosen:
+            done += await q.queue.requeue_dead(d, ttl=q.task_ttl)
+        print(json.dumps({"requeued": done}) if ns.json else f"requeued {done} dead letters")
+        return EXIT_OK if done == len(chosen) and (ns.all or done == len(wanted)) else EXIT_FAIL
+
+
+def cmd_demo(ns: argparse.Namespace) -> int:
+    from captcha_worker import demo
+
+    return demo.main(ns)
+
+
+# -- parser -------------------------------------------------------------------------------------------------
+def _add_producer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--redis-url", help="Redis URL (default: $REDIS_URL or redis://localhost:6379/0); "
+                                       "password from $REDIS_PASSWORD")
+    p.add_argument("--queue", help="queue name (default: $QUEUE_NAME or 'captcha')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="captcha-worker", description=(
+        "Queue-driven CaptchaAI solving: worker, producer commands, simulator and demo."))
+    parser.add_argument("--version", action="version", version=f"captcha-worker {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run a worker (configured by environment variables, see docs/operations.md)",
+                       description="Run a worker. Configuration comes from the environment: CAPTCHAAI_KEY, "
+                                   "CAPTCHAAI_THREADS, REDIS_URL, WORKER_CONCURRENCY, ... (docs/contracts.md).")
+    p.set_defaults(func=cmd_run)
+
+    from captcha_worker import simulator
+
+    p = sub.add_parser("simulator", help="run the CaptchaAI-compatible simulator",
+                       description="A CaptchaAI v1 compatible server for demos, staging and load tests.")
+    simulator.add_arguments(p)
+    p.set_defaults(func=cmd_simulator)
+
+    p = sub.add_parser("check", help="check Redis, the API key, plan threads and balance (exit 1 on failure)",
+                       description="Reads the worker's environment (REDIS_URL, CAPTCHAAI_KEY, CAPTCHAAI_URL, "
+                                   "CAPTCHAAI_THREADS, QUEUE_NAME). Exit 0 when every check passes, 1 otherwise.")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("submit", help="submit tasks (flags, or JSON lines from a file or stdin)",
+                       description="Submit one task (METHOD --param NAME=VALUE ...) or many (--file tasks.jsonl, "
+                                   "one {\"method\": ..., \"params\": {...}} per line; - for stdin). Prints task "
+                                   "ids, or with --wait the results as JSON lines.")
+    p.add_argument("method", nargs="?", help="CaptchaAI method: userrecaptcha, turnstile, geetest, base64, ...")
+    p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE", help="a task parameter")
+    p.add_argument("-f", "--file", help="JSON-lines file of tasks ('-' = stdin)")
+    p.add_argument("--deadline", type=float, help="seconds from now after which the task is answered 'expired'")
+    p.add_argument("--priority", action="store_true", help="put the task at the head of the queue")
+    p.add_argument("--wait", action="store_true", help="wait and print results as JSON lines")
+    p.add_argument("--timeout", type=float, default=300.0, help="with --wait: seconds to wait (default 300)")
+    _add_producer_args(p)
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("wait", help="wait for results of task ids, print them as JSON lines",
+                       description="Exit 0 when every task was solved, 1 otherwise.")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
+    _add_producer_args(p)
+    p.set_defaults(func=cmd_wait)
+
+    p = sub.add_parser("stats", help="pending, processing, dead, budget in use, workers alive")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_producer_args(p)
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("dead-letters", help="list, requeue or purge dead-lettered tasks")
+    dl = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = dl.add_parser("list", help="newest first")
+    q.add_argument("--limit", type=int, default=50)
+    q.add_argument("--json", action="store_true", help="JSON lines")
+    _add_producer_args(q)
+    q = dl.add_parser("requeue", help="put dead letters back on the queue (attempts reset)")
+    q.add_argument("ids", nargs="*", metavar="ID")
+    q.add_argument("--all", action="store_true")
+    q.add_argument("--json", action="store_true")
+    _add_producer_args(q)
+    q = dl.add_parser("purge", help="delete every dead letter")
+    q.add_argument("--yes", action="store_true", help="really delete")
+    q.add_argument("--json", action="store_true")
+    _add_producer_args(q)
+    p.set_defaults(func=cmd_dead_letters)
+
+    p = sub.add_parser("demo", help="run everything locally: redis, simulator, workers, producer; print a summary",
+                       description="Starts redis-server (or an embedded Redis when none is installed), the "
+                                   "simulator and worker processes, submits tasks with a progress bar and prints "
+                                   "a summary table.")
+    p.add_argument("--tasks", type=int, default=200, help="tasks to submit (default 200)")
+    p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
+    p.add_argument("--threads", type=int, default=20, help="plan threads of the simulated plan (default 20)")
+    p.add_argument("--concurrency", type=int, default=8, help="solve slots per worker (default 8)")
+    p.add_argument("--speed", type=float, default=20.0, help="simulated solve times divided by this (default 20)")
+    p.add_argument("--unsolvable", type=float, default=0.02, help="simulated UNSOLVABLE rate (default 0.02)")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = ns.func
+    try:
+        return func(ns)
+    except UsageError as exc:
+        return _die(f"captcha-worker {ns.command}", str(exc))
+    except ConnectionError as exc:  # QueueUnavailable: message is already redacted
+        print(f"captcha-worker {ns.command}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,400 @@
+"""Producer API: submit CAPTCHA tasks to the queue and get their results pushed back (no polling).
+
+::
+
+    async with CaptchaQueue.from_url("redis://localhost:6379/0") as q:
+        outcome = await q.solve("turnstile", sitekey="0x4AAA...", pageurl="https://example.com/login")
+        if isinstance(outcome, Solved):
+            use(outcome.solution)
+
+One background listener per ``CaptchaQueue`` blocks on this producer's reply list (``{q}:reply:<producer>``)
+on its own connection and resolves the futures of every waiting ``result()`` call, however many there are.
+A result whose notification was missed (the producer restarted, or the reply list expired) is still read from
+its result key (``{q}:result:<id>``, kept for ``RESULT_TTL_SECONDS``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import random
+import secrets
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+from redis import exceptions as rexc
+from redis.asyncio import Redis
+
+from captcha_worker.config import DEFAULT_QUEUE, redact_url
+from captcha_worker.queue import Keys, Queue
+from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_task
+
+T = TypeVar("T")
+DEFAULT_TASK_TTL = 86400
+DEFAULT_MAX_TASK_BYTES = 1_048_576
+_ARRIVED_MAX = 10_000
+
+
+class QueueUnavailable(ConnectionError):
+    """Redis cannot be reached. The message names the (redacted) URL and what failed."""
+
+
+class InvalidTask(ValueError):
+    """The task would be rejected by the workers (unknown method, missing param, ...)."""
+
+    def __init__(self, reason: str, code: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+# -- typed outcomes -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Outcome:
+    id: str
+    attempts: int
+    timings: Timings
+
+    @property
+    def queued_s(self) -> float | None:
+        return self.timings.queued
+
+    @property
+    def solving_s(self) -> float | None:
+        return self.timings.solving
+
+    @property
+    def total_s(self) -> float | None:
+        return self.timings.total
+
+
+@dataclass(frozen=True)
+class Solved(_Outcome):
+    solution: str  # the token / text / JSON string CaptchaAI returned
+    kind: str | None
+    user_agent: str | None  # Enterprise and Cloudflare challenge: use it with the token
+    api_calls: int
+    token_lifetime_s: float | None
+
+    @property
+    def token(self) -> str:
+        return self.solution
+
+    def token_age(self, now: float | None = None) -> float | None:
+        """Seconds since the worker received the answer (tokens expire: reCAPTCHA ~120 s)."""
+        solved = self.timings.solved_at
+        return None if solved is None else max(0.0, (time.time() if now is None else now) - solved)
+
+    def expires_in(self, now: float | None = None) -> float | None:
+        """Seconds of usable life left, when the kind's token lifetime is known."""
+        age = self.token_age(now)
+        return None if age is None or self.token_lifetime_s is None else self.token_lifetime_s - age
+
+
+@dataclass(frozen=True)
+class Failed(_Outcome):
+    code: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Expired(_Outcome):
+    code: str
+    text: str
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    """No result within the time this producer was willing to wait (the task may still be solved later)."""
+
+    id: str
+    waited_s: float
+
+
+Outcome = Solved | Failed | Expired | TimedOut
+
+
+def outcome_of(result: Result) -> Solved | Failed | Expired:
+    base: dict[str, Any] = {"id": result.id, "attempts": result.attempts, "timings": result.timings}
+    if result.status is Status.SOLVED:
+        return Solved(**base, solution=result.solution or "", kind=result.kind, user_agent=result.user_agent,
+                      api_calls=result.api_calls, token_lifetime_s=result.token_lifetime_s)
+    if result.status is Status.EXPIRED:
+        return Expired(**base, code=result.code or "EXPIRED", text=result.text or "")
+    return Failed(**base, code=result.code or "ERROR", text=result.text or "")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task for ``submit_many``."""
+
+    method: str
+    params: Mapping[str, Any]
+    deadline: float | dt.datetime | None = None
+    priority: bool = False
+
+
+def _deadline(value: float | dt.datetime | None, now: float) -> float | None:
+    """`deadline` is seconds from now, or an aware datetime."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise ValueError("deadline datetime must be timezone-aware")
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError("deadline must be a positive number of seconds from now, or an aware datetime")
+    return now + float(value)
+
+
+def _safe_redis_error(exc: Exception, url: str) -> QueueUnavailable:
+    return QueueUnavailable(f"Redis at {url} is unreachable ({type(exc).__name__})")
+
+
+class CaptchaQueue:
+    """Async producer. Use ``async with``; one instance per process serves any number of waiters."""
+
+    def __init__(self, redis: Redis, *, queue: str = DEFAULT_QUEUE, producer_id: str | None = None,
+                 task_ttl: int = DEFAULT_TASK_TTL, max_task_bytes: int = DEFAULT_MAX_TASK_BYTES,
+                 owns_redis: bool = False, display_url: str = "redis") -> None:
+        self.redis = redis
+        self.queue = Queue(redis, queue)
+        self.producer_id = producer_id or f"p-{secrets.token_hex(8)}"
+        self.task_ttl = task_ttl
+        self.max_task_bytes = max_task_bytes
+        self._owns_redis = owns_redis
+        self._url = display_url
+        self._waiters: dict[str, list[asyncio.Future[Result]]] = {}
+        self._arrived: OrderedDict[str, Result] = OrderedDict()
+        self._listener: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_url(cls, url: str, *, password: str | None = None, **kwargs: Any) -> CaptchaQueue:
+        redis = Redis.from_url(url, decode_responses=True, password=password, socket_connect_timeout=5)
+        return cls(redis, owns_redis=True, display_url=redact_url(url), **kwargs)
+
+    @property
+    def keys(self) -> Keys:
+        return self.queue.keys
+
+    async def __aenter__(self) -> CaptchaQueue:
+        try:
+            await self.redis.ping()
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            raise _safe_redis_error(exc, self._url) from None
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+            self._listener = None
+        if self._owns_redis:
+            await self.redis.aclose()
+
+    # -- submitting -------------------------------------------------------------------------------------
+    def _task(self, method: str, params: Mapping[str, Any], deadline: float | dt.datetime | None,
+              task_id: str | None, now: float) -> Task:
+        """Build and validate a task exactly as the workers will (so bad input fails here, not later)."""
+        data = {"id": task_id or uuid.uuid4().hex, "method": method, "params": dict(params), "submitted_at": now,
+                "reply_to": self.producer_id, "deadline": _deadline(deadline, now)}
+        task = make_task(data, now=now)
+        if isinstance(task, Invalid):
+            raise InvalidTask(task.reason, task.code)
+        size = len(task.body().encode())
+        if size > self.max_task_bytes:
+            raise InvalidTask(f"task is {size} bytes, over the limit of {self.max_task_bytes}", "TASK_TOO_LARGE")
+        return task
+
+    async def submit(self, method: str, params: Mapping[str, Any] | None = None, *,
+                     deadline: float | dt.datetime | None = None, priority: bool = False,
+                     task_id: str | None = None, **more_params: Any) -> str:
+        """Queue one task; returns its id. Params as keywords, or `params=` for names like ``data-s``.
+
+        `deadline`: seconds from now (or an aware datetime) after which the task is answered `expired`
+        instead of being solved. `priority`: put the task at the head of the queue.
+        """
+        task = self._task(method, {**(params or {}), **more_params}, deadline, task_id, time.time())
+        await self._guarded(self.queue.push([(task.id, task.body())], ttl=self.task_ttl, front=priority))
+        self._ensure_listener()
+        return task.id
+
+    async def submit_many(self, tasks: Iterable[TaskSpec | Mapping[str, Any]], *, batch: int = 500) -> list[str]:
+        """Queue many tasks with one script call per `batch`, pipelined. Returns ids in order.
+
+        Items are TaskSpec or mappings ``{"method": ..., "params": {...}, "deadline": ..., "priority": ...}``.
+        """
+        now = time.time()
+        specs = [t if isinstance(t, TaskSpec) else TaskSpec(t["method"], t.get("params") or {}, t.get("deadline"),
+                                                             bool(t.get("priority", False))) for t in tasks]
+        built = [(self._task(s.method, s.params, s.deadline, None, now), s.priority) for s in specs]
+        for front in (False, True):
+            group = [(t.id, t.body()) for t, p in built if p is front]
+            await self._push_batched(group, batch, front)
+        self._ensure_listener()
+        return [t.id for t, _ in built]
+
+    async def _push_batched(self, pairs: Sequence[tuple[str, str]], batch: int, front: bool) -> None:
+        if not pairs:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for i in range(0, len(pairs), batch):
+                chunk = pairs[i:i + batch]
+                keys = [self.keys.pending, *(self.keys.task(tid) for tid, _ in chunk)]
+                args: list[Any] = [self.task_ttl, "1" if front else "0"]
+                for tid, body in chunk:
+                    args += [tid, body]
+                await self.queue._push(keys=keys, args=args, client=pipe)
+            await self._guarded(pipe.execute())
+
+    async def _guarded(self, aw: Awaitable[T]) -> T:
+        try:
+            return await aw
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            raise _safe_redis_error(exc, self._url) from None
+
+    # -- results ----------------------------------------------------------------------------------------
+    def _ensure_listener(self) -> None:
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.create_task(self._listen())
+
+    async def _listen(self) -> None:
+        """Block on this producer's reply list (one pooled connection); hand each result to its waiters."""
+        reply_key = self.keys.reply(self.producer_id)
+        delay = 0.05
+        while True:
+            try:
+                item = await self.redis.blpop([reply_key], timeout=1)
+                delay = 0.05
+            except (rexc.ConnectionError, rexc.TimeoutError, OSError):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if item is None:
+                continue
+            try:
+                result = Result.from_json(item[1])
+            except (ValueError, KeyError, TypeError):
+                continue
+            self._deliver(result)
+
+    def _deliver(self, result: Result) -> None:
+        futures = self._waiters.pop(result.id, [])
+        for fut in futures:
+            if not fut.done():
+                fut.set_result(result)
+        if not futures:
+            self._arrived[result.id] = result
+            while len(self._arrived) > _ARRIVED_MAX:
+                self._arrived.popitem(last=False)
+
+    async def result(self, task_id: str, timeout: float = 300.0) -> Outcome:
+        """Wait up to `timeout` seconds for a task's result."""
+        started = time.monotonic()
+        if task_id in self._arrived:
+            return outcome_of(self._arrived.pop(task_id))
+        self._ensure_listener()
+        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(task_id, []).append(fut)
+        try:
+            stored = await self._guarded(self.queue.get_result(task_id))  # the notification may be long gone
+            if stored is not None:
+                return outcome_of(Result.from_json(stored))
+            try:
+                return outcome_of(await asyncio.wait_for(asyncio.shield(fut), timeout))
+            except TimeoutError:
+                return TimedOut(task_id, time.monotonic() - started)
+        finally:
+            waiters = self._waiters.get(task_id)
+            if waiters is not None and fut in waiters:
+                waiters.remove(fut)
+                if not waiters:
+                    del self._waiters[task_id]
+
+    async def as_completed(self, ids: Iterable[str], timeout: float = 300.0) -> AsyncIterator[Outcome]:
+        """Yield outcomes as they arrive; ids still unanswered when `timeout` passes yield TimedOut."""
+        pending = [asyncio.ensure_future(self.result(i, timeout)) for i in ids]
+        try:
+            for fut in asyncio.as_completed(pending):
+                yield await fut
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+    async def solve(self, method: str, params: Mapping[str, Any] | None = None, *, timeout: float = 300.0,
+                    retries: int = 0, backoff_s: float = 2.0, deadline: float | dt.datetime | None = None,
+                    priority: bool = False, **more_params: Any) -> Outcome:
+        """Submit and wait. With `retries`, a Failed or TimedOut outcome is resubmitted after an exponential
+        backoff (with jitter): ``backoff_s``, ``2*backoff_s``, ... Expired outcomes are not retried."""
+        outcome: Outcome
+        for attempt in range(retries + 1):
+            task_id = await self.submit(method, params, deadline=deadline, priority=priority, **more_params)
+            outcome = await self.result(task_id, timeout)
+            if isinstance(outcome, Solved | Expired) or attempt == retries:
+                return outcome
+            await asyncio.sleep(backoff_s * (2 ** attempt) * (0.5 + random.random() / 2))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class SyncCaptchaQueue:
+    """Blocking wrapper for non-async code: runs a CaptchaQueue on a private event loop thread.
+
+    ::
+
+        with SyncCaptchaQueue("redis://localhost:6379/0") as q:
+            outcome = q.solve("userrecaptcha", googlekey="6Le...", pageurl="https://example.com")
+    """
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="captcha-queue", daemon=True)
+        self._thread.start()
+        self._q = self._run(self._make(url, kwargs))
+
+    @staticmethod
+    async def _make(url: str, kwargs: dict[str, Any]) -> CaptchaQueue:
+        return await CaptchaQueue.from_url(url, **kwargs).__aenter__()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __enter__(self) -> SyncCaptchaQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self._q.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+
+    def submit(self, method: str, params: Mapping[str, Any] | None = None, **kwargs: Any) -> str:
+        return self._run(self._q.submit(method, params, **kwargs))
+
+    def submit_many(self, tasks: Iterable[TaskSpec | Mapping[str, Any]], **kwargs: Any) -> list[str]:
+        return self._run(self._q.submit_many(list(tasks), **kwargs))
+
+    def result(self, task_id: str, timeout: float = 300.0) -> Outcome:
+        return self._run(self._q.result(task_id, timeout))
+
+    def solve(self, method: str, params: Mapping[str, Any] | None = None, **kwargs: Any) -> Outcome:
+        return self._run(self._q.solve(method, params, **kwargs))
+
+    def results(self, ids: Iterable[str], timeout: float = 300.0) -> list[Outcome]:
+        """Outcomes in completion order."""
+
+        async def collect() -> list[Outcome]:
+            return [o async for o in self._q.as_completed(list(ids), timeout)]
+
+        return self._run(collect())

@@ -1,0 +1,239 @@
+"""`captcha-worker demo`: the whole system on one machine, with a progress bar and a summary table.
+
+Starts a real ``redis-server`` when one is installed (otherwise fakeredis' embedded TCP server), the simulator
+and ``--workers`` worker processes (``captcha-worker run``), then submits ``--tasks`` tasks of mixed kinds as a
+producer, shows progress, and prints what happened: throughput, latency, API calls per solve, and the most
+concurrent solves the simulated plan saw against its threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from captcha_worker.client import CaptchaQueue, Expired, Failed, Outcome, Solved, TaskSpec
+
+#: kind mix of the demo workload: (weight, method, params)
+MIX: tuple[tuple[int, str, dict[str, str]], ...] = (
+    (40, "turnstile", {"sitekey": "0x4AAAAAAADemoSiteKey", "pageurl": "https://shop.example/login"}),
+    (20, "userrecaptcha", {"googlekey": "6LeDemoGoogleKey_abcdefghijklmnopqrstuv", "pageurl": "https://example.com"}),
+    (10, "userrecaptcha", {"googlekey": "6LeDemoGoogleKey_abcdefghijklmnopqrstuv", "pageurl": "https://example.com",
+                           "version": "v3", "action": "login", "min_score": "0.7"}),
+    (20, "base64", {"body": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5"
+                            "ErkJggg==" * 8}),
+    (10, "geetest", {"gt": "022397c99c9f646f6477822485f30404", "challenge": "a66f31a53a4d6a2b5cbd3d2b8d7b1d0e",
+                     "pageurl": "https://example.com/geetest"}),
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Stack:
+    redis_url: str
+    sim_url: str
+    key: str
+    logdir: str
+    procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+
+async def _wait_for(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{what} did not start within {timeout:.0f}s")
+
+
+def _tcp_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def _start_redis(stack: Stack, port: int) -> str:
+    binary = shutil.which("redis-server")
+    if binary:
+        proc = await asyncio.create_subprocess_exec(
+            binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", stack.logdir, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        stack.procs.append(proc)
+        await _wait_for(lambda: _tcp_open(port), "redis-server")
+        return "redis-server"
+    try:
+        from fakeredis import TcpFakeServer  # type: ignore[attr-defined]
+    except ImportError:
+        raise RuntimeError("neither redis-server nor fakeredis[lua] is installed: run 'make demo' (installs "
+                           "redis-server) or pip install 'fakeredis[lua]'") from None
+    import threading
+
+    server = TcpFakeServer(("127.0.0.1", port), server_type="redis")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    stack.closers.append(server.shutdown)
+    await _wait_for(lambda: _tcp_open(port), "embedded redis")
+    return "embedded fakeredis (redis-server not installed)"
+
+
+async def _spawn(stack: Stack, name: str, args: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
+    logfile = open(os.path.join(stack.logdir, f"{name}.log"), "wb")  # noqa: SIM115, ASYNC230 - owned by the child
+    stack.closers.append(logfile.close)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "captcha_worker.cli", *args,
+                                                env={**os.environ, **env}, stdout=logfile, stderr=logfile)
+    stack.procs.append(proc)
+    return proc
+
+
+def _sim_stats(sim_url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{sim_url}/_sim/stats", timeout=2) as resp:  # noqa: S310 - 127.0.0.1 only
+        data: dict[str, Any] = json.load(resp)
+        return data
+
+
+@contextlib.asynccontextmanager
+async def running_stack(ns: argparse.Namespace) -> AsyncIterator[tuple[Stack, str]]:
+    logdir = tempfile.mkdtemp(prefix="captcha-demo-")
+    redis_port, sim_port = free_port(), free_port()
+    stack = Stack(f"redis://127.0.0.1:{redis_port}/0", f"http://127.0.0.1:{sim_port}", secrets.token_hex(16),
+                  logdir)
+    try:
+        redis_kind = await _start_redis(stack, redis_port)
+        await _spawn(stack, "simulator", ["simulator", "--port", str(sim_port), "--threads", str(ns.threads),
+                                          "--speed", str(ns.speed), "--over-cap", "zero_balance",
+                                          "--fault", f"unsolvable={ns.unsolvable}"], {})
+        await _wait_for(lambda: _tcp_open(sim_port), "simulator")
+        env = {"REDIS_URL": stack.redis_url, "CAPTCHAAI_KEY": stack.key, "CAPTCHAAI_URL": stack.sim_url,
+               "CAPTCHAAI_THREADS": str(ns.threads), "WORKER_CONCURRENCY": str(ns.concurrency),
+               "API_TIME_SCALE": str(ns.speed), "LOG_LEVEL": "warning", "METRICS_HOST": "127.0.0.1",
+               "DRAIN_GRACE_SECONDS": "10"}
+        for i in range(ns.workers):
+            await _spawn(stack, f"worker-{i}", ["run"], {**env, "METRICS_PORT": str(free_port())})
+        yield stack, redis_kind
+    finally:
+        # workers first (they drain), then the simulator, then Redis
+        for proc in reversed(stack.procs):
+            await _stop(proc)
+        for close in stack.closers:
+            close()
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.terminate()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 15)
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+
+
+def _pick(rng: random.Random) -> TaskSpec:
+    total = sum(w for w, _, _ in MIX)
+    r = rng.uniform(0, total)
+    for weight, method, params in MIX:
+        r -= weight
+        if r <= 0:
+            return TaskSpec(method, params)
+    return TaskSpec(MIX[0][1], MIX[0][2])
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+async def _produce(ns: argparse.Namespace, stack: Stack) -> tuple[list[Outcome], float]:
+    from captcha_worker.cli import Progress
+
+    rng = random.Random(7)
+    async with CaptchaQueue.from_url(stack.redis_url) as q:
+        started = time.monotonic()
+        ids = await q.submit_many([_pick(rng) for _ in range(ns.tasks)])
+        progress = Progress(len(ids), sys.stdout, label="solving ")
+        outcomes: list[Outcome] = []
+        async for outcome in q.as_completed(ids, timeout=max(120.0, ns.tasks * 2.0)):
+            outcomes.append(outcome)
+            progress.add(type(outcome).__name__.lower())
+        progress.close()
+        return outcomes, time.monotonic() - started
+
+
+def summary(outcomes: list[Outcome], wall: float, sim: dict[str, Any], ns: argparse.Namespace,
+            redis_kind: str) -> str:
+    solved = [o for o in outcomes if isinstance(o, Solved)]
+    failed = [o for o in outcomes if isinstance(o, Failed)]
+    expired = [o for o in outcomes if isinstance(o, Expired)]
+    totals = [o.total_s for o in solved if o.total_s is not None]
+    codes: dict[str, int] = {}
+    for f in failed:
+        codes[f.code] = codes.get(f.code, 0) + 1
+    calls = sim.get("calls", {})
+    api_calls = sum(int(v) for k, v in calls.items() if k in {"in.php", "res.php"}) if isinstance(calls, dict) else 0
+    rows = [
+        ("tasks", f"{len(outcomes)} ({len(solved)} solved, {len(failed)} failed, {len(expired)} expired, "
+                  f"{len(outcomes) - len(solved) - len(failed) - len(expired)} timed out)"),
+        ("failures", ", ".join(f"{k}={v}" for k, v in sorted(codes.items())) or "none"),
+        ("wall time", f"{wall:.1f} s"),
+        ("throughput", f"{len(solved) / wall:.1f} solves/s"),
+        ("latency p50 / p95", f"{_pct(totals, 50):.2f} s / {_pct(totals, 95):.2f} s (submit -> result)"),
+        ("API calls / solve", f"{api_calls / max(1, len(solved)):.2f} (in.php + res.php, simulator count)"),
+        ("max in flight", f"{sim.get('max_in_flight', '?')} of {ns.threads} plan threads "
+                          f"({ns.workers} workers x {ns.concurrency} slots)"),
+        ("over-cap rejections", str(sim.get("over_cap_rejections", "?"))),
+        ("setup", f"{redis_kind}; simulator speed x{ns.speed:g}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    line = "+" + "-" * (width + 2) + "+" + "-" * 72 + "+"
+    out = [line, f"| {'captcha-solver demo':<{width}} | {'':<70} |", line]
+    out += [f"| {k:<{width}} | {v:<70} |" for k, v in rows]
+    out.append(line)
+    return "\n".join(out)
+
+
+async def _demo(ns: argparse.Namespace) -> int:
+    async with running_stack(ns) as (stack, redis_kind):
+        print(f"demo: {redis_kind} at {stack.redis_url}, simulator at {stack.sim_url}, {ns.workers} workers "
+              f"(logs in {stack.logdir})")
+        outcomes, wall = await _produce(ns, stack)
+        sim = _sim_stats(stack.sim_url)
+    print(summary(outcomes, wall, sim, ns, redis_kind))
+    solved = sum(isinstance(o, Solved) for o in outcomes)
+    return 0 if solved >= 0.9 * ns.tasks else 1
+
+
+def main(ns: argparse.Namespace) -> int:
+    for name in ("tasks", "workers", "threads", "concurrency"):
+        if getattr(ns, name) < 1:
+            print(f"captcha-worker demo: --{name} must be >= 1", file=sys.stderr)
+            return 2
+    if ns.speed <= 0:
+        print("captcha-worker demo: --speed must be > 0", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_demo(ns))
+    except RuntimeError as exc:
+        print(f"captcha-worker demo: {exc}", file=sys.stderr)
+        return 1
+
