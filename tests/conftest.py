@@ -150,3 +150,25 @@ def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = N
             timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "captcha_worker.cli", *args], env=cli_env(**(env or {})),
                           input=input, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _aioresponses_compat() -> None:
+    """aioresponses 0.7.9 predates aiohttp 3.14, whose ClientResponse requires `stream_writer`."""
+    import inspect
+    from types import SimpleNamespace
+
+    import aioresponses.core as core
+    from aiohttp import ClientResponse
+
+    if "stream_writer" not in inspect.signature(ClientResponse.__init__).parameters:
+        return
+
+    class _Response(ClientResponse):
+        def __init__(self, method: str, url: object, **kwargs: object) -> None:
+            kwargs.setdefault("stream_writer", SimpleNamespace(output_size=0))
+            super().__init__(method, url, **kwargs)  # type: ignore[arg-type]
+
+    core.ClientResponse = _Response  # type: ignore[misc]
+
+
+_aioresponses_compat()

@@ -265,7 +265,8 @@ class CaptchaAI:
         r = self.retry
         retrying = AsyncRetrying(
             stop=stop_after_attempt(r.transient_attempts),
-            wait=wait_exponential_jitter(initial=r.transient_initial_s, max=r.transient_max_s),
+            wait=wait_exponential_jitter(multiplier=r.transient_initial_s, max=r.transient_max_s,
+                                        jitter=r.transient_initial_s),
             retry=retry_if_exception_type(TransientError),
             before_sleep=lambda _: metrics.RETRIES.labels("transient").inc(),
             reraise=True,

@@ -1,0 +1,226 @@
+"""API client unit tests (aioresponses): every response shape and error class."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+from aioresponses import aioresponses
+
+from captcha_worker import methods
+from captcha_worker.captchaai import (
+    Answer,
+    CaptchaAI,
+    CapacityError,
+    ErrorClass,
+    FatalApiError,
+    PollSchedule,
+    RetryPolicy,
+    SolveStats,
+    SolveTimeout,
+    TaskFailed,
+    TransientError,
+    classify,
+    parse_reply,
+)
+from captcha_worker.config import Secret
+
+KEY = "0123456789abcdef0123456789abcdef"
+BASE = "http://api.test"
+IN = re.compile(r"^http://api\.test/in\.php.*$")
+RES = re.compile(r"^http://api\.test/res\.php.*$")
+FAST = RetryPolicy(transient_attempts=3, transient_initial_s=0.001, transient_max_s=0.002,
+                   capacity_initial_s=0.001, capacity_max_s=0.002)
+TURNSTILE = methods.by_name("turnstile")
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[CaptchaAI]:
+    async with CaptchaAI(Secret(KEY), BASE, retry=FAST, poll_scale=1000) as client:
+        yield client
+
+
+@pytest.fixture
+def mock() -> aioresponses:
+    with aioresponses() as m:
+        yield m
+
+
+@pytest.mark.parametrize(("code", "cls"), [
+    ("ERROR_WRONG_USER_KEY", ErrorClass.FATAL), ("ERROR_KEY_DOES_NOT_EXIST", ErrorClass.FATAL),
+    ("IP_BANNED", ErrorClass.FATAL), ("ERROR_ZERO_BALANCE", ErrorClass.CAPACITY),
+    ("ERROR_NO_SLOT_AVAILABLE", ErrorClass.CAPACITY), ("HTTP_429", ErrorClass.CAPACITY),
+    ("ERROR_SERVER_ERROR", ErrorClass.TRANSIENT), ("HTTP_5XX", ErrorClass.TRANSIENT),
+    ("NON_JSON", ErrorClass.TRANSIENT), ("TIMEOUT", ErrorClass.TRANSIENT),
+    ("ERROR_PROXY_CONNECTION_FAILED", ErrorClass.TRANSIENT), ("ERROR_CAPTCHA_UNSOLVABLE", ErrorClass.TASK),
+    ("ERROR_BAD_PARAMETERS", ErrorClass.TASK), ("ERROR_BAD_PROXY", ErrorClass.TASK),
+    ("ERROR_TOO_BIG_CAPTCHA_FILESIZE", ErrorClass.TASK), ("ERROR_SOMETHING_NEW", ErrorClass.TASK),
+])
+def test_error_taxonomy(code: str, cls: ErrorClass) -> None:
+    assert classify(code) is cls
+
+
+@pytest.mark.parametrize(("status", "body", "expected"), [
+    (200, b'{"status":1,"request":"123"}', "123"),
+    (200, b'{"status":1,"request":73654245978}', "73654245978"),  # userrecaptcha ids are ints
+    (200, b"OK|456", "456"),
+    (200, b"OK_REPORT_RECORDED", "OK_REPORT_RECORDED"),
+    (200, b'{"status":1,"request":"OK","threads":10,"working_threads":3}', "OK"),
+])
+def test_success_shapes(status: int, body: bytes, expected: str) -> None:
+    assert parse_reply(status, body, "in").request == expected
+
+
+@pytest.mark.parametrize(("status", "body", "exc", "code"), [
+    (200, b'{"status":0,"request":"ERROR_WRONG_USER_KEY","error_text":"bad"}', FatalApiError,
+     "ERROR_WRONG_USER_KEY"),
+    (200, b"ERROR_KEY_DOES_NOT_EXIST", FatalApiError, "ERROR_KEY_DOES_NOT_EXIST"),
+    (200, b"IP_BANNED", FatalApiError, "IP_BANNED"),
+    (200, b'{"status":0,"request":"ERROR_ZERO_BALANCE"}', CapacityError, "ERROR_ZERO_BALANCE"),
+    (200, b"ERROR_NO_SLOT_AVAILABLE", CapacityError, "ERROR_NO_SLOT_AVAILABLE"),
+    (429, b"Too Many Requests", CapacityError, "HTTP_429"),
+    (502, b"<html><body>502 Bad Gateway</body></html>", TransientError, "HTTP_5XX"),
+    (200, b"<html>maintenance</html>", TransientError, "NON_JSON"),
+    (200, b"", TransientError, "NON_JSON"),
+    (200, b'{"foo": 1}', TransientError, "NON_JSON"),
+    (200, b"ERROR_UPLOAD", TaskFailed, "ERROR_UPLOAD"),  # plain text even with json=1 (SDK get_body_or_raise)
+    (200, b'{"status":0,"request":"ERROR_CAPTCHA_UNSOLVABLE"}', TaskFailed, "ERROR_CAPTCHA_UNSOLVABLE"),
+    (403, b"forbidden", TransientError, "HTTP_4XX"),
+])
+def test_error_shapes(status: int, body: bytes, exc: type[Exception], code: str) -> None:
+    with pytest.raises(exc) as info:
+        parse_reply(status, body, "in")
+    assert info.value.code == code  # type: ignore[attr-defined]
+
+
+def test_not_ready_in_both_formats() -> None:
+    assert parse_reply(200, b"CAPCHA_NOT_READY", "res_get").extra.get("not_ready")
+    assert parse_reply(200, b'{"status":0,"request":"CAPCHA_NOT_READY"}', "res_get").extra.get("not_ready")
+
+
+async def test_submit_and_poll_to_an_answer(api: CaptchaAI, mock: aioresponses) -> None:
+    mock.post(IN, payload={"status": 1, "request": "42"})
+    mock.post(RES, payload={"status": 0, "request": "CAPCHA_NOT_READY"})
+    mock.post(RES, payload={"status": 0, "request": "CAPCHA_NOT_READY"})
+    mock.post(RES, payload={"status": 1, "request": "token-xyz"})
+    stats = SolveStats()
+    sol = await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "https://p"},
+                          deadline=_in(10), stats=stats)
+    assert sol.answer == Answer("token-xyz")
+    assert (sol.api_calls, sol.polls) == (4, 3)
+    assert sol.solved_at >= sol.started_at
+
+
+async def test_enterprise_answer_prefers_result_and_keeps_user_agent(api: CaptchaAI, mock: aioresponses) -> None:
+    mock.post(RES, payload={"status": 1, "request": "tok", "result": "tok", "user_agent": "Mozilla/5.0 X"})
+    assert await api.get("1") == Answer("tok", "Mozilla/5.0 X")
+
+
+async def test_key_travels_in_the_body_never_in_the_url(api: CaptchaAI, mock: aioresponses) -> None:
+    mock.post(IN, payload={"status": 1, "request": "42"})
+    await api.submit("turnstile", {"sitekey": "s", "pageurl": "https://p"})
+    ((method, url), calls), = mock.requests.items()
+    assert method == "POST" and KEY not in str(url)
+    form = calls[0].kwargs["data"]
+    fields = {f[0]["name"]: f[2] for f in form._fields}
+    assert fields["key"] == KEY and fields["method"] == "turnstile" and fields["json"] == "1"
+
+
+async def test_transient_errors_are_retried_then_succeed(api: CaptchaAI, mock: aioresponses) -> None:
+    mock.post(IN, status=502, body="<html>bad gateway</html>")
+    mock.post(IN, body="<html>oops</html>")
+    mock.post(IN, payload={"status": 1, "request": "7"})
+    stats = SolveStats()
+    assert await api.submit("turnstile", {"sitekey": "s", "pageurl": "p"}, stats) == "7"
+    assert stats.api_calls == 3
+
+
+async def test_transient_retries_are_bounded(api: CaptchaAI, mock: aioresponses) -> None:
+    for _ in range(3):
+        mock.post(IN, payload={"status": 0, "request": "ERROR_SERVER_ERROR"})
+    with pytest.raises(TransientError):
+        await api.submit("turnstile", {"sitekey": "s", "pageurl": "p"})
+
+
+async def test_connection_errors_and_timeouts_are_transient(api: CaptchaAI, mock: aioresponses) -> None:
+    import aiohttp
+
+    mock.post(IN, exception=aiohttp.ClientConnectionError("reset by peer http://api.test/in.php?key=" + KEY))
+    mock.post(IN, exception=TimeoutError())
+    mock.post(IN, exception=aiohttp.ServerDisconnectedError())
+    with pytest.raises(TransientError) as info:
+        await api.submit("turnstile", {"sitekey": "s", "pageurl": "p"})
+    assert KEY not in str(info.value) and KEY not in repr(info.value.__cause__)
+
+
+async def test_capacity_errors_retry_the_same_task_not_fail_it(api: CaptchaAI, mock: aioresponses) -> None:
+    mock.post(IN, payload={"status": 0, "request": "ERROR_ZERO_BALANCE"})
+    mock.post(IN, status=429)
+    mock.post(IN, body="ERROR_NO_SLOT_AVAILABLE")
+    mock.post(IN, payload={"status": 1, "request": "9"})
+    mock.post(RES, payload={"status": 1, "request": "tok"})
+    sol = await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(10))
+    assert sol.answer.request == "tok" and sol.api_calls == 5
+
+
+async def test_capacity_until_the_deadline_is_a_timeout_not_a_failure(api: CaptchaAI, mock: aioresponses) -> None:
+    mock.post(IN, payload={"status": 0, "request": "ERROR_ZERO_BALANCE"}, repeat=True)
+    with pytest.raises(SolveTimeout):
+        await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(0.05))
+
+
+async def test_fatal_errors_surface_immediately(api: CaptchaAI, mock: aioresponses) -> None:
+    mock.post(IN, payload={"status": 0, "request": "ERROR_KEY_DOES_NOT_EXIST"})
+    with pytest.raises(FatalApiError) as info:
+        await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(10))
+    assert KEY not in str(info.value)
+
+
+async def test_unsolvable_is_resubmitted_then_reported(api: CaptchaAI, mock: aioresponses) -> None:
+    for _ in range(2):
+        mock.post(IN, payload={"status": 1, "request": "1"})
+        mock.post(RES, payload={"status": 0, "request": "ERROR_CAPTCHA_UNSOLVABLE"})
+    stats = SolveStats()
+    with pytest.raises(TaskFailed) as info:
+        await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(10),
+                        unsolvable_retries=1, stats=stats)
+    assert info.value.code == "ERROR_CAPTCHA_UNSOLVABLE" and stats.api_calls == 4
+
+
+async def test_poll_gives_up_at_the_deadline(api: CaptchaAI, mock: aioresponses) -> None:
+    mock.post(IN, payload={"status": 1, "request": "1"})
+    mock.post(RES, payload={"status": 0, "request": "CAPCHA_NOT_READY"}, repeat=True)
+    with pytest.raises(SolveTimeout):
+        await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(0.2))
+
+
+async def test_image_post_is_uploaded_as_a_multipart_file(api: CaptchaAI, mock: aioresponses) -> None:
+    mock.post(IN, payload={"status": 1, "request": "5"})
+    await api.submit("post", {"file": "data:image/png;base64,aGVsbG8="})
+    (_, calls), = mock.requests.items()
+    fields = {f[0]["name"]: f for f in calls[0].kwargs["data"]._fields}
+    assert fields["file"][0]["filename"] == "captcha.png" and fields["file"][2] == b"hello"
+
+
+async def test_threadsinfo_balance_reportbad(api: CaptchaAI, mock: aioresponses) -> None:
+    mock.post(RES, payload={"status": 1, "request": "OK", "threads": 10, "working_threads": 3})
+    mock.post(RES, payload={"threads": 5, "working_threads": 0})  # no status field: accepted too
+    mock.post(RES, payload={"status": 1, "request": "12.5"})
+    mock.post(RES, body="OK_REPORT_RECORDED")
+    assert (await api.threadsinfo()).threads == 10
+    assert (await api.threadsinfo()).working_threads == 0
+    assert await api.getbalance() == 12.5
+    await api.reportbad("1")
+
+
+def test_poll_schedule_follows_the_methods_table() -> None:
+    s = PollSchedule(methods.by_name("recaptcha_v2"))
+    assert 40 <= s.delay(0) <= 44 and 5 <= s.delay(1) <= 5.5
+    assert PollSchedule(methods.by_name("recaptcha_v2"), scale=10).delay(0) < 4.5
+
+
+def _in(seconds: float) -> float:
+    import time
+
+    return time.time() + seconds
