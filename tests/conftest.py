@@ -2,46 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import redis as sync_redis
+from helpers import free_port, redis_server_binary, wait_port
 from redis.asyncio import Redis
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
-
-
-def redis_server_binary() -> str:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed: run 'make test' (scripts/install-tools.sh installs it)")
-    return binary
 
 
 @dataclass
@@ -138,18 +109,6 @@ async def any_redis(request: pytest.FixtureRequest, redis_server: RedisServer) -
         yield client
     finally:
         await client.aclose()
-
-
-def cli_env(**env: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("CAPTCHAAI_", "REDIS_", "WORKER_", "QUEUE_"))}
-    base.update(env)
-    return base
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "captcha_worker.cli", *args], env=cli_env(**(env or {})),
-                          input=input, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
 def _aioresponses_compat() -> None:

@@ -11,8 +11,8 @@ from aioresponses import aioresponses
 from captcha_worker import methods
 from captcha_worker.captchaai import (
     Answer,
-    CaptchaAI,
     CapacityError,
+    CaptchaAI,
     ErrorClass,
     FatalApiError,
     PollSchedule,

@@ -51,7 +51,7 @@ from captcha_worker.simulator import (
     serve,
 )
 
-FAST = 1000.0  # speed at which every default latency (mean + 4 sd) is below 0.2 s
+FAST = 3000.0  # speed at which every default latency (mean + 4 sd) is below 0.06 s
 
 
 @pytest.fixture
@@ -317,7 +317,7 @@ async def test_any_well_formed_key_is_accepted_by_default(session: aiohttp.Clien
 
 
 async def test_ip_banned_after_repeated_bad_keys(session: aiohttp.ClientSession) -> None:
-    async with SimulatorServer(SimConfig(ban_after=3, ban_seconds=0.4)) as srv:
+    async with SimulatorServer(SimConfig(ban_after=3, ban_seconds=0.2)) as srv:
         api = Api(session, srv.url)
         for _ in range(2):
             assert (await api.res("getbalance", key="bad")).request == "ERROR_WRONG_USER_KEY"
@@ -327,7 +327,7 @@ async def test_ip_banned_after_repeated_bad_keys(session: aiohttp.ClientSession)
         assert banned.status == 200 and banned.request == "IP_BANNED"
         assert (await api.res("getbalance", json_mode=False)).text == "IP_BANNED"
         assert srv.stats().ip_bans == 1
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.25)
         assert (await api.res("getbalance")).json["status"] == 1  # the ban is lifted
 
 
@@ -371,7 +371,7 @@ async def test_query_and_body_are_merged(session: aiohttp.ClientSession) -> None
 
 
 async def test_plain_text_and_json_replies(session: aiohttp.ClientSession) -> None:
-    async with SimulatorServer(SimConfig(latency={"turnstile": Latency(0.3)})) as srv:
+    async with SimulatorServer(SimConfig(latency={"turnstile": Latency(0.15)})) as srv:
         api = Api(session, srv.url)
         plain = await api.submit(turnstile(), json_mode=False)
         assert plain.status == 200 and plain.content_type == "text/plain"
@@ -514,7 +514,7 @@ async def test_threads_can_grow_at_runtime(session: aiohttp.ClientSession) -> No
 
 async def test_many_concurrent_tasks(session: aiohttp.ClientSession) -> None:
     n = 400
-    cfg = SimConfig(threads=1000, latency={"turnstile": Latency(200.0, 20.0)}, speed=1000)  # ~0.2 s each
+    cfg = SimConfig(threads=1000, latency={"turnstile": Latency(100.0, 10.0)}, speed=1000)  # ~0.1 s each
     async with SimulatorServer(cfg) as srv:
         api = Api(session, srv.url)
         ids = await asyncio.gather(*(submit_ok(api, turnstile()) for _ in range(n)))
@@ -603,7 +603,7 @@ def test_default_latencies_come_from_the_methods_table() -> None:
 
 async def test_latency_is_honoured_over_http(session: aiohttp.ClientSession) -> None:
     kind = methods.by_name("turnstile")
-    speed = kind.solve_mean_s / 0.4  # the table's mean becomes 0.4 s
+    speed = kind.solve_mean_s / 0.2  # the table's mean becomes 0.2 s
     async with SimulatorServer(SimConfig(speed=speed)) as srv:
         api = Api(session, srv.url)
         loop = asyncio.get_running_loop()
@@ -654,17 +654,17 @@ async def test_fault_reset(session: aiohttp.ClientSession) -> None:
 
 
 async def test_fault_slow(session: aiohttp.ClientSession) -> None:
-    async with SimulatorServer(SimConfig(slow_seconds=0.3)) as srv:
+    async with SimulatorServer(SimConfig(slow_seconds=0.2)) as srv:
         api = Api(session, srv.url)
         await api.sim("config", {"faults": {"slow": 1.0}})
         loop = asyncio.get_running_loop()
         started = loop.time()
         assert (await api.res("getbalance")).json["status"] == 1
-        assert loop.time() - started >= 0.3
+        assert loop.time() - started >= 0.2
         await api.sim("config", {"faults": {"slow": 0.0}})
         started = loop.time()
         await api.res("getbalance")
-        assert loop.time() - started < 0.3
+        assert loop.time() - started < 0.2
 
 
 async def test_fault_unsolvable_frees_the_thread(session: aiohttp.ClientSession) -> None:

@@ -1,0 +1,52 @@
+"""Helpers shared by the tests (import as `from helpers import ...`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "0123456789abcdef0123456789abcdef"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def redis_server_binary() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed: run 'make test' (scripts/install-tools.sh installs it)")
+    return binary
+
+
+def cli_env(**env: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("CAPTCHAAI_", "REDIS_", "WORKER_", "QUEUE_"))}
+    base.update(env)
+    return base
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: PLW1510 - callers assert on returncode
+[sys.executable, "-m", "captcha_worker.cli", *args], env=cli_env(**(env or {})),
+                          input=input, capture_output=True, text=True, timeout=timeout, cwd=ROOT)

@@ -1,0 +1,72 @@
+"""Configuration: bad or missing settings stop the process at start with one readable line and exit 2."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+from helpers import KEY, run_cli
+
+from captcha_worker import log
+from captcha_worker.config import ConfigError, Secret, WorkerConfig, redact_url
+
+GOOD = {"CAPTCHAAI_KEY": KEY, "CAPTCHAAI_THREADS": "10", "REDIS_URL": "rediss://user:pw@redis.example:6380/2"}
+
+
+def test_defaults_and_parsing() -> None:
+    cfg = WorkerConfig.from_env({**GOOD, "WORKER_CONCURRENCY": "4", "COMPAT_RESULTS_HASH": "yes"})
+    assert (cfg.threads, cfg.concurrency, cfg.queue, cfg.metrics_port) == (10, 4, "captcha", 9100)
+    assert cfg.compat_results_hash is True and cfg.api_url == "https://ocr.captchaai.com"
+    assert KEY not in repr(cfg) and "pw" not in cfg.redis.display_url()
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"CAPTCHAAI_KEY": ""}, "CAPTCHAAI_KEY is required"),
+    ({"CAPTCHAAI_KEY": "short"}, "CAPTCHAAI_KEY must be 32 letters and digits (got 5 characters)"),
+    ({"CAPTCHAAI_THREADS": ""}, "CAPTCHAAI_THREADS is required"),
+    ({"CAPTCHAAI_THREADS": "ten"}, "CAPTCHAAI_THREADS must be an integer, got 'ten'"),
+    ({"CAPTCHAAI_THREADS": "0"}, "CAPTCHAAI_THREADS must be >= 1, got 0"),
+    ({"WORKER_CONCURRENCY": "-1"}, "WORKER_CONCURRENCY must be between 1 and 5000"),
+    ({"REDIS_URL": "http://x"}, "REDIS_URL must start with redis://"),
+    ({"CAPTCHAAI_URL": "ftp://x"}, "CAPTCHAAI_URL must be an http(s) URL"),
+    ({"QUEUE_NAME": "a b"}, "QUEUE_NAME must be 1-64"),
+    ({"LEASE_SECONDS": "1"}, "LEASE_SECONDS must be >= 3.0"),
+    ({"COMPAT_RESULTS_HASH": "maybe"}, "COMPAT_RESULTS_HASH must be true or false"),
+    ({"LOG_LEVEL": "loud"}, "LOG_LEVEL must be debug"),
+    ({"SOLVE_TIMEOUT_SECONDS": "nan"}, "SOLVE_TIMEOUT_SECONDS must be >= 1.0"),
+])
+def test_bad_config_is_one_clear_sentence(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        WorkerConfig.from_env({**GOOD, **env})
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_worker_exits_2_with_one_line_on_bad_config() -> None:
+    proc = run_cli("run", env={"CAPTCHAAI_KEY": KEY, "CAPTCHAAI_THREADS": "many"})
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["captcha-worker run: configuration error: CAPTCHAAI_THREADS must be an integer, got 'many'"]
+
+
+def test_bad_config_never_echoes_the_key() -> None:
+    proc = run_cli("run", env={"CAPTCHAAI_KEY": KEY + "x", "CAPTCHAAI_THREADS": "5"})
+    assert proc.returncode == 2 and KEY not in proc.stderr
+
+
+def test_redact_url_and_secret() -> None:
+    assert redact_url("redis://u:secret@h:1/0") == "redis://u:***@h:1/0"
+    assert redact_url("redis://h:1/0") == "redis://h:1/0"
+    assert "abc" not in repr(Secret("abc")) and not Secret("")
+
+
+def test_json_logs_scrub_secrets_and_proxy_credentials() -> None:
+    stream = io.StringIO()
+    log.setup("info", secrets=[KEY], stream=stream)
+    logger = logging.getLogger("t")
+    log.event(logger, "something", detail=f"key={KEY} proxy=alice:s3cret@10.0.0.1:8080")
+    line = json.loads(stream.getvalue())
+    assert line["event"] == "something" and line["level"] == "info"
+    assert KEY not in stream.getvalue() and "s3cret" not in stream.getvalue()
+    assert "alice:***@10.0.0.1" in line["detail"]

@@ -1,0 +1,123 @@
+"""Task validation: every malformed payload gets a reason, nothing raises."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from captcha_worker import methods
+from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task
+
+MAX = 10_000
+
+
+def payload(**overrides: object) -> str:
+    data: dict[str, object] = {"id": "t1", "method": "turnstile",
+                               "params": {"sitekey": "0x4AAA", "pageurl": "https://example.com"}}
+    data.update(overrides)
+    return json.dumps({k: v for k, v in data.items() if v is not None})
+
+
+def test_seed_guide_payload_is_a_task() -> None:
+    task = parse_task('{"id": "a1b2c3d4", "method": "userrecaptcha", "params": {"googlekey": "6Le", '
+                      '"pageurl": "https://x"}, "submitted_at": 1764400000.5, "priority": "high"}', max_bytes=MAX)
+    assert isinstance(task, Task)
+    assert task.kind.name == "recaptcha_v2" and task.submitted_at == 1764400000.5 and task.reply_to is None
+
+
+@pytest.mark.parametrize(("raw", "code", "fragment"), [
+    ("{not json", "INVALID_JSON", "not valid JSON"),
+    ("[1, 2]", "INVALID_JSON", "JSON object"),
+    (payload(id=None), "INVALID_TASK", "id must be"),
+    (payload(id="has space"), "INVALID_TASK", "id must be"),
+    (payload(method="hcaptcha"), "UNSUPPORTED_METHOD", "hCaptcha is not solved by CaptchaAI"),
+    (payload(method="funcaptcha"), "UNSUPPORTED_METHOD", "FunCaptcha"),
+    (payload(method="nope"), "UNKNOWN_METHOD", "unknown method 'nope'"),
+    (payload(params={"sitekey": {"nested": 1}, "pageurl": "u"}), "INVALID_TASK", "flat map"),
+    (payload(params=["a"]), "INVALID_TASK", "JSON object"),
+    (payload(params={"sitekey": "s"}), "ERROR_PAGEURL", "missing required param 'pageurl'"),
+    (payload(method="userrecaptcha", params={"pageurl": "u"}), "ERROR_GOOGLEKEY", "googlekey"),
+    (payload(params={"sitekey": "s", "pageurl": "u", "key": "x"}), "INVALID_TASK", "must not set key"),
+    (payload(deadline="soon"), "INVALID_TASK", "deadline must be"),
+    (payload(reply_to="a b"), "INVALID_TASK", "reply_to"),
+])
+def test_malformed_payloads_get_a_reason(raw: str, code: str, fragment: str) -> None:
+    result = parse_task(raw, max_bytes=MAX)
+    assert isinstance(result, Invalid)
+    assert result.code == code and fragment in result.reason
+
+
+def test_size_limit() -> None:
+    big = payload(params={"sitekey": "s" * 2000, "pageurl": "u"})
+    result = parse_task(big, max_bytes=1000)
+    assert isinstance(result, Invalid) and result.code == "TASK_TOO_LARGE" and "over the limit of 1000" in result.reason
+
+
+def test_invalid_keeps_the_id_and_reply_to_so_the_producer_hears_about_it() -> None:
+    result = parse_task(payload(method="nope", reply_to="p-1"), max_bytes=MAX)
+    assert isinstance(result, Invalid) and (result.task_id, result.reply_to) == ("t1", "p-1")
+
+
+@pytest.mark.parametrize(("method", "params", "kind"), [
+    ("userrecaptcha", {"googlekey": "k", "pageurl": "u"}, "recaptcha_v2"),
+    ("userrecaptcha", {"googlekey": "k", "pageurl": "u", "invisible": "1"}, "recaptcha_v2"),
+    ("userrecaptcha", {"googlekey": "k", "pageurl": "u", "enterprise": "1"}, "recaptcha_v2_enterprise"),
+    ("userrecaptcha", {"googlekey": "k", "pageurl": "u", "version": "v3", "action": "a"}, "recaptcha_v3"),
+    ("geetest", {"gt": "g", "challenge": "c", "pageurl": "u"}, "geetest"),
+    ("geetest", {"gt": "g", "pageurl": "u", "version": "4"}, "geetest_v4"),
+    ("base64", {"body": "aGk="}, "image"),
+    ("base64", {"body": "aGk=", "instructions": "cars", "grid_size": "3x3"}, "grid"),
+    ("cloudflare_challenge", {"pageurl": "u", "proxy": "u:p@1.2.3.4:8080", "proxytype": "HTTP"},
+     "cloudflare_challenge"),
+    ("lemin", {"captcha_id": "c", "div_id": "d", "pageurl": "u"}, "lemin"),
+])
+def test_kinds_are_recognised(method: str, params: dict[str, str], kind: str) -> None:
+    task = parse_task(json.dumps({"id": "x", "method": method, "params": params}), max_bytes=MAX)
+    assert isinstance(task, Task) and task.kind.name == kind
+
+
+def test_every_kind_has_a_missing_param_error() -> None:
+    for kind in methods.KINDS:
+        assert methods.missing_param(kind, {}) is not None
+        assert all(p.missing_error.startswith("ERROR_") for p in kind.required)
+
+
+def test_numbers_and_booleans_become_strings() -> None:
+    task = parse_task(payload(params={"sitekey": "s", "pageurl": "u", "min_score": 0.3, "invisible": True}),
+                      max_bytes=MAX)
+    assert isinstance(task, Task) and task.params["min_score"] == "0.3" and task.params["invisible"] == "1"
+
+
+def test_body_round_trip() -> None:
+    task = parse_task(payload(deadline=1.5e9, reply_to="p-1"), max_bytes=MAX)
+    assert isinstance(task, Task)
+    again = parse_task(task.body(), max_bytes=MAX)
+    assert again == task
+
+
+def test_result_round_trip() -> None:
+    r = Result("a", Status.SOLVED, kind="turnstile", solution="tok", user_agent="UA", attempts=2, api_calls=5,
+               timings=Timings(submitted_at=1.0, claimed_at=2.0, started_at=2.5, solved_at=4.0, finished_at=4.1),
+               token_lifetime_s=300.0)
+    assert Result.from_json(r.to_json()) == r
+    assert r.timings.queued == 1.0 and r.timings.solving == 1.5 and r.timings.total == pytest.approx(3.1)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                        max_size=4), max_leaves=12)
+
+
+@given(st.dictionaries(st.sampled_from(["id", "method", "params", "deadline", "reply_to", "submitted_at", "x"]),
+                       json_values))
+def test_any_json_object_validates_without_raising(data: dict[str, object]) -> None:
+    raw = json.dumps(data)
+    assert isinstance(parse_task(raw, max_bytes=MAX), Task | Invalid)
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_validate_without_raising(raw: bytes) -> None:
+    assert isinstance(parse_task(raw, max_bytes=MAX), Task | Invalid)
