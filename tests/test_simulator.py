@@ -532,7 +532,10 @@ def _task(i: int, duration: float) -> SimTask:
                    unsolvable=False, duration=duration)
 
 
-def _run(threads: int, arrivals: list[tuple[float, float]], looks: list[float]) -> tuple[object, ...]:
+RunResult = tuple[float, float, int, int, tuple[float, ...]]
+
+
+def _run(threads: int, arrivals: list[tuple[float, float]], looks: list[float]) -> RunResult:
     """Feeds (arrival, duration) pairs into a Scheduler in queue mode, also advancing it at the `looks`.
     Returns the meter's figures, how many finished and each task's start time (in arrival order)."""
     sched = Scheduler(threads, 0.0)
@@ -563,7 +566,6 @@ def test_scheduler_is_exact_whenever_it_is_looked_at(threads: int, arrivals: lis
     lazy = _run(threads, arrivals, [])
     assert lazy == _run(threads, arrivals, looks)  # when it is advanced does not change the outcome
     _, busy, max_in_flight, finished, starts = lazy
-    assert isinstance(starts, tuple)
     assert busy == pytest.approx(sum(d for _, d in arrivals), abs=1e-4)  # every thread-second is counted
     assert max_in_flight <= threads and finished == len(arrivals)
     assert all(start >= round(t, 6) for start, (t, _) in zip(starts, arrivals, strict=True))
@@ -590,6 +592,25 @@ def test_latency_sampling_follows_the_distribution() -> None:
     wide = [Latency(1.0, 5.0).sample(rng) for _ in range(1000)]
     assert min(wide) == pytest.approx(0.1) and max(wide) <= 21.0  # truncated at a positive minimum
     assert {Latency(3.0).sample(rng) for _ in range(5)} == {3.0}
+
+
+class _Extreme(random.Random):
+    """An RNG whose normal draws are always `z` standard deviations from the mean."""
+
+    def __init__(self, z: float) -> None:
+        super().__init__(0)
+        self.z = z
+
+    def gauss(self, mu: float = 0.0, sigma: float = 1.0) -> float:
+        return mu + self.z * sigma
+
+
+def test_latency_is_truncated_on_both_sides() -> None:
+    lat = Latency(10.0, 2.0)
+    assert lat.sample(_Extreme(10)) == 18.0  # mean + 4 sd
+    assert lat.sample(_Extreme(-10)) == 1.0  # 0.1 * mean: always positive
+    assert lat.sample(_Extreme(10), speed=2) == 9.0
+    assert lat.sample(_Extreme(1)) == 12.0
 
 
 def test_default_latencies_come_from_the_methods_table() -> None:
@@ -771,7 +792,10 @@ async def test_nothing_secret_is_logged(session: aiohttp.ClientSession, caplog: 
         for _ in range(3):
             await api.submit(sub, key="x" + KEY[1:] + "0")
         stats_text = (await api.sim("stats")).text
-    assert "ip_banned" in caplog.text  # notable events are logged...
+        # aiohttp rejects an over-long request line, and its exception quotes the line: it must not reach logs
+        too_long = await api.call("in.php", {"method": "turnstile", "pageurl": "x" * 9000}, key=KEY)
+        assert too_long.status == 400
+    assert "ip_banned" in caplog.text and "LineTooLong" in caplog.text  # notable events are logged...
     logged = caplog.text + capsys.readouterr().out
     for secret in (KEY, PROXY_PASSWORD, answer, KEY[1:]):
         assert secret not in logged and secret not in stats_text  # ...without keys, proxies or answers
@@ -800,7 +824,7 @@ def test_config_from_args_defaults_and_values() -> None:
     assert cfg.threads == 3 and cfg.over_cap is OverCap.HTTP429 and cfg.speed == 5
     assert dict(cfg.latency) == {"turnstile": Latency(12, 3), "image": Latency(2, 0)}
     assert cfg.faults == Faults(html502=0.1, unsolvable=1.0)
-    assert cfg.keys == {KEY, OTHER_KEY} and cfg.balance == 7.5 and cfg.slow_seconds == 2
+    assert cfg.keys == frozenset({KEY, OTHER_KEY}) and cfg.balance == 7.5 and cfg.slow_seconds == 2
     assert (cfg.ban_after, cfg.ban_seconds, cfg.seed) == (9, 60, 42)
     parser = argparse.ArgumentParser()
     add_arguments(parser)
