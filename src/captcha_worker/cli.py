@@ -133,28 +133,22 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 
 async def _run_worker(cfg: WorkerConfig) -> int:
-    from captcha_worker.captchaai import CaptchaAI, RetryPolicy
     from captcha_worker.metrics import ProbeServer
-    from captcha_worker.worker import Worker, connect_redis
+    from captcha_worker.worker import open_worker
 
     stop, hard = asyncio.Event(), asyncio.Event()
     _stop_on_signals(stop, hard)
-    redis = connect_redis(cfg.redis)
-    scale = cfg.time_scale
-    retry = RetryPolicy(transient_initial_s=1.0 / scale, transient_max_s=16.0 / scale,
-                        capacity_initial_s=2.0 / scale, capacity_max_s=30.0 / scale)
-    try:
-        async with CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=cfg.http_timeout_seconds, retry=retry,
-                             poll_scale=scale, max_connections=max(100, cfg.concurrency)) as api:
-            worker = Worker(cfg, redis, api)
-            async with ProbeServer(cfg.metrics_host, cfg.metrics_port, worker.readiness):
-                await worker.run(stop, hard)
-    except OSError as exc:
-        print(f"captcha-worker run: cannot listen on {cfg.metrics_host}:{cfg.metrics_port}: {exc.strerror}",
-              file=sys.stderr)
-        return EXIT_CONFIG
-    finally:
-        await redis.aclose()
+    async with open_worker(cfg) as worker:
+        try:
+            probes = ProbeServer(cfg.metrics_host, cfg.metrics_port, worker.readiness)
+            await probes.__aenter__()
+        except OSError as exc:
+            return _die("captcha-worker run", f"cannot listen on {cfg.metrics_host}:{cfg.metrics_port}: "
+                                              f"{exc.strerror}")
+        try:
+            await worker.run(stop, hard)
+        finally:
+            await probes.__aexit__(None, None, None)
     return EXIT_OK
 
 
@@ -321,7 +315,7 @@ def cmd_stats(ns: argparse.Namespace) -> int:
 
 async def _stats(ns: argparse.Namespace) -> int:
     async with _producer(ns) as q:
-        s = await q._guarded(q.queue.stats())  # noqa: SLF001
+        s = await q._guarded(q.queue.stats())
     data = {"queue": q.keys.queue, "pending": s.pending, "processing": s.processing, "dead": s.dead,
             "budget_in_use": s.budget_in_use, "workers_alive": s.workers_alive}
     if ns.json:
@@ -381,7 +375,17 @@ def build_parser() -> argparse.ArgumentParser:
         "Queue-driven CaptchaAI solving: worker, producer commands, simulator and demo."))
     parser.add_argument("--version", action="version", version=f"captcha-worker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_service_commands(sub)
+    _add_producer_commands(sub)
+    _add_dead_letter_commands(sub)
+    _add_demo_command(sub)
+    return parser
 
+
+Subparsers = Any  # argparse's _SubParsersAction is private
+
+
+def _add_service_commands(sub: Subparsers) -> None:
     p = sub.add_parser("run", help="run a worker (configured by environment variables, see docs/operations.md)",
                        description="Run a worker. Configuration comes from the environment: CAPTCHAAI_KEY, "
                                    "CAPTCHAAI_THREADS, REDIS_URL, WORKER_CONCURRENCY, ... (docs/contracts.md).")
@@ -400,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_check)
 
+
+def _add_producer_commands(sub: Subparsers) -> None:
     p = sub.add_parser("submit", help="submit tasks (flags, or JSON lines from a file or stdin)",
                        description="Submit one task (METHOD --param NAME=VALUE ...) or many (--file tasks.jsonl, "
                                    "one {\"method\": ..., \"params\": {...}} per line; - for stdin). Prints task "
@@ -426,6 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_producer_args(p)
     p.set_defaults(func=cmd_stats)
 
+
+def _add_dead_letter_commands(sub: Subparsers) -> None:
     p = sub.add_parser("dead-letters", help="list, requeue or purge dead-lettered tasks")
     dl = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     q = dl.add_parser("list", help="newest first")
@@ -443,6 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_producer_args(q)
     p.set_defaults(func=cmd_dead_letters)
 
+
+def _add_demo_command(sub: Subparsers) -> None:
     p = sub.add_parser("demo", help="run everything locally: redis, simulator, workers, producer; print a summary",
                        description="Starts redis-server (or an embedded Redis when none is installed), the "
                                    "simulator and worker processes, submits tasks with a progress bar and prints "
@@ -454,7 +464,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=20.0, help="simulated solve times divided by this (default 20)")
     p.add_argument("--unsolvable", type=float, default=0.02, help="simulated UNSOLVABLE rate (default 0.02)")
     p.set_defaults(func=cmd_demo)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

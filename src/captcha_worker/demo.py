@@ -81,7 +81,7 @@ async def _start_redis(stack: Stack, port: int) -> str:
         await _wait_for(lambda: _tcp_open(port), "redis-server")
         return "redis-server"
     try:
-        from fakeredis import TcpFakeServer  # type: ignore[attr-defined]
+        from fakeredis import TcpFakeServer
     except ImportError:
         raise RuntimeError("neither redis-server nor fakeredis[lua] is installed: run 'make demo' (installs "
                            "redis-server) or pip install 'fakeredis[lua]'") from None

@@ -107,15 +107,32 @@ def _number(data: Mapping[str, Any], name: str) -> float | str | None:
 def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None) -> Task | Invalid:
     """Decode and validate one task body (as stored in Redis or RPUSHed by a seed-guide producer)."""
     raw = payload.encode() if isinstance(payload, str) else payload
-    if len(raw) > max_bytes:
+    too_large = len(raw) > max_bytes
+    if too_large and len(raw) > 16 * max_bytes:  # not even worth decoding to find out who sent it
         return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code="TASK_TOO_LARGE")
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
+        data = None
+    if too_large:
+        ids = _ids(data)
+        return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code="TASK_TOO_LARGE",
+                       task_id=ids[0], reply_to=ids[1])
+    if data is None:
         return Invalid("payload is not valid JSON", code="INVALID_JSON")
     if not isinstance(data, dict):
         return Invalid("payload must be a JSON object with id, method and params", code="INVALID_JSON")
     return make_task(data, now=now)
+
+
+def _ids(data: object) -> tuple[str | None, str | None]:
+    """id and reply_to of a decoded payload, when they are valid (to answer a rejected task's producer)."""
+    if not isinstance(data, dict):
+        return None, None
+    task_id, reply_to = data.get("id"), data.get("reply_to")
+    ok_id = task_id if isinstance(task_id, str) and valid_task_id(task_id) else None
+    ok_reply = reply_to if isinstance(reply_to, str) and valid_reply_to(reply_to) else None
+    return ok_id, ok_reply if ok_id else None
 
 
 def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | Invalid:

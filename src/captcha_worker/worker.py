@@ -29,8 +29,8 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
@@ -41,6 +41,7 @@ from captcha_worker import metrics
 from captcha_worker.captchaai import (
     CaptchaAI,
     FatalApiError,
+    RetryPolicy,
     SolveStats,
     SolveTimeout,
     TaskFailed,
@@ -194,6 +195,10 @@ class Worker:
             try:
                 result = await op(*args, **kwargs)
             except Exception as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # redis-py may turn a cancellation mid-command into a ConnectionError: honour the cancel
+                    raise asyncio.CancelledError from exc
                 if not _retryable(exc):
                     raise
                 metrics.REDIS_ERRORS.inc()
@@ -523,6 +528,21 @@ class Worker:
 def _item_ref(item: str) -> str:
     """A loggable reference to a queue item: the id, or a marker for raw JSON (which may hold params)."""
     return "<raw seed task>" if is_raw_item(item) else item
+
+
+@asynccontextmanager
+async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> AsyncIterator[Worker]:
+    """A Worker with its Redis client and API session; both closed on exit."""
+    redis = connect_redis(cfg.redis)
+    scale = cfg.time_scale
+    retry = RetryPolicy(transient_initial_s=1.0 / scale, transient_max_s=16.0 / scale,
+                        capacity_initial_s=2.0 / scale, capacity_max_s=30.0 / scale)
+    try:
+        async with CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=cfg.http_timeout_seconds, retry=retry,
+                             poll_scale=scale, max_connections=max(100, cfg.concurrency)) as api:
+            yield Worker(cfg, redis, api, worker_id=worker_id)
+    finally:
+        await redis.aclose()
 
 
 def connect_redis(rc: RedisConfig) -> Redis:

@@ -1,0 +1,224 @@
+"""Worker behaviour against a real redis-server and the real simulator over sockets (in-process workers)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from helpers import KEY
+from redis.asyncio import Redis
+
+from captcha_worker.client import CaptchaQueue, Expired, Failed, Solved
+from captcha_worker.config import WorkerConfig
+from captcha_worker.queue import SEED_RESULTS_HASH, Keys
+from captcha_worker.simulator import Faults, OverCap, SimConfig, SimulatorServer
+from captcha_worker.worker import Phase, Worker, open_worker
+
+SPEED = 50.0
+TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
+
+
+@asynccontextmanager
+async def simulator(**cfg: Any) -> AsyncIterator[SimulatorServer]:
+    cfg.setdefault("speed", SPEED)
+    cfg.setdefault("seed", 1)
+    async with SimulatorServer(SimConfig(**cfg)) as sim:
+        yield sim
+
+
+@asynccontextmanager
+async def worker(redis_url: str, sim: SimulatorServer, **env: str) -> AsyncIterator[Worker]:
+    base = {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "10",
+            "WORKER_CONCURRENCY": "5", "API_TIME_SCALE": str(SPEED), "LEASE_SECONDS": "3",
+            "DRAIN_GRACE_SECONDS": "5"}
+    cfg = WorkerConfig.from_env({**base, **env})
+    async with open_worker(cfg) as w:
+        stop = asyncio.Event()
+        task = asyncio.create_task(w.run(stop))
+        try:
+            yield w
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+
+
+@pytest.fixture
+async def producer(redis: Redis, redis_server: Any) -> AsyncIterator[CaptchaQueue]:
+    async with CaptchaQueue.from_url(redis_server.url) as q:
+        yield q
+
+
+async def test_solves_every_kind_end_to_end(redis_server: Any, producer: CaptchaQueue) -> None:
+    tasks = [
+        ("turnstile", TURNSTILE),
+        ("userrecaptcha", {"googlekey": "6LeAAAA", "pageurl": "https://e.com"}),
+        ("userrecaptcha", {"googlekey": "6LeAAAA", "pageurl": "https://e.com", "enterprise": "1"}),
+        ("userrecaptcha", {"googlekey": "6LeAAAA", "pageurl": "https://e.com", "version": "v3", "action": "x"}),
+        ("geetest", {"gt": "g" * 32, "challenge": "c" * 32, "pageurl": "https://e.com"}),
+        ("base64", {"body": "iVBORw0KGgo" + "A" * 200}),
+        ("base64", {"body": "iVBORw0KGgo" + "A" * 200, "instructions": "cars", "grid_size": "3x3"}),
+        ("cloudflare_challenge", {"pageurl": "https://e.com", "proxy": "u:p@10.0.0.1:3128", "proxytype": "HTTP"}),
+    ]
+    async with simulator(threads=10) as sim, worker(redis_server.url, sim):
+        ids = [await producer.submit(m, p) for m, p in tasks]
+        outcomes = {o.id: o async for o in producer.as_completed(ids, timeout=60)}
+    assert all(isinstance(outcomes[i], Solved) for i in ids), outcomes
+    by_kind = {o.kind: o for o in outcomes.values() if isinstance(o, Solved)}
+    assert json.loads(by_kind["geetest"].solution).keys() >= {"challenge", "validate", "seccode"}
+    assert by_kind["recaptcha_v2_enterprise"].user_agent and by_kind["cloudflare_challenge"].user_agent
+    assert json.loads(by_kind["grid"].solution) and all(isinstance(i, int) for i in json.loads(by_kind["grid"].solution))
+    assert all(o.api_calls >= 2 and o.attempts == 1 for o in by_kind.values())
+    assert sim.stats().solved == len(tasks)
+
+
+async def test_malformed_payloads_are_dead_lettered_and_the_worker_keeps_going(
+        redis: Redis, redis_server: Any, producer: CaptchaQueue) -> None:
+    keys = Keys("captcha")
+    big = json.dumps({"id": "big", "method": "turnstile", "params": {**TURNSTILE, "x": "a" * 5000}})
+    for raw in ["{not json", json.dumps({"id": "u1", "method": "nope", "params": {}}),
+                json.dumps({"id": "n1", "method": "turnstile", "params": {"sitekey": {"a": 1}, "pageurl": "u"}}),
+                json.dumps({"id": "h1", "method": "hcaptcha", "params": {"sitekey": "s", "pageurl": "u"}}),
+                json.dumps({"id": "m1", "method": "turnstile", "params": {"sitekey": "s"},
+                            "reply_to": producer.producer_id}), big]:
+        await redis.rpush(keys.pending, raw)
+    async with simulator() as sim, worker(redis_server.url, sim, MAX_TASK_BYTES="2048"):
+        good = await producer.submit("turnstile", TURNSTILE)
+        assert isinstance(await producer.result(good, timeout=30), Solved)
+        missing = await producer.result("m1", timeout=5)
+    assert isinstance(missing, Failed) and missing.code == "ERROR_PAGEURL"
+    letters = {d.id: d for d in await producer.queue.dead_letters()}
+    assert letters[None].code == "INVALID_JSON"
+    assert letters["u1"].code == "UNKNOWN_METHOD"
+    assert "flat map" in letters["n1"].reason
+    assert letters["h1"].reason == "hCaptcha is not solved by CaptchaAI"
+    assert letters["big"].code == "TASK_TOO_LARGE"
+    assert await redis.llen(keys.processing) == 0 and await redis.llen(keys.pending) == 0
+    assert sim.stats().submitted == 1, "malformed tasks must never reach the API"
+
+
+async def test_a_task_past_its_deadline_is_expired_without_calling_the_api(
+        redis_server: Any, producer: CaptchaQueue) -> None:
+    task_id = await producer.submit("turnstile", TURNSTILE, deadline=0.05)
+    await asyncio.sleep(0.2)
+    async with simulator() as sim, worker(redis_server.url, sim):
+        outcome = await producer.result(task_id, timeout=20)
+        calls = sim.stats().calls
+    assert isinstance(outcome, Expired) and outcome.code == "DEADLINE_PASSED"
+    assert calls.get("in.php", 0) == 0
+
+
+async def test_seed_guide_task_is_accepted_and_compat_hash_written(redis: Redis, redis_server: Any) -> None:
+    seed = {"id": "a1b2c3d4", "method": "turnstile", "params": TURNSTILE, "submitted_at": time.time(),
+            "priority": "normal"}
+    await redis.rpush("{captcha}:pending", json.dumps(seed))
+    async with simulator() as sim, worker(redis_server.url, sim, COMPAT_RESULTS_HASH="true"):
+        for _ in range(200):
+            if await redis.hexists(SEED_RESULTS_HASH, "a1b2c3d4"):
+                break
+            await asyncio.sleep(0.05)
+    result = json.loads(await redis.hget(SEED_RESULTS_HASH, "a1b2c3d4"))
+    assert result["status"] == "solved" and result["solution"]
+    assert json.loads(await redis.get("{captcha}:result:a1b2c3d4"))["id"] == "a1b2c3d4"
+
+
+async def test_a_bad_key_stops_claiming_keeps_tasks_queued_and_recovers(
+        redis: Redis, redis_server: Any, producer: CaptchaQueue) -> None:
+    other = "f" * 32
+    async with simulator(keys=frozenset({other})) as sim, worker(redis_server.url, sim) as w:
+        ids = await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(5)])
+        for _ in range(100):
+            if w.phase is Phase.FATAL:
+                break
+            await asyncio.sleep(0.05)
+        assert w.phase is Phase.FATAL and w.readiness() == (False, "fatal API error: ERROR_KEY_DOES_NOT_EXIST")
+        await asyncio.sleep(0.5)
+        assert await redis.llen("{captcha}:processing") == 0
+        assert await redis.llen("{captcha}:pending") == 5, "tasks must stay queued while the key is rejected"
+        assert sim.stats().submitted == 0
+        sim.simulator.reconfigure(dataclasses.replace(sim.simulator.config, keys=None))  # the key was fixed
+        outcomes = [o async for o in producer.as_completed(ids, timeout=30)]
+    assert all(isinstance(o, Solved) for o in outcomes)
+    assert all(o.attempts == 1 for o in outcomes if isinstance(o, Solved)), "a fatal error must not cost attempts"
+
+
+@pytest.mark.parametrize("over_cap", [OverCap.ZERO_BALANCE, OverCap.NO_SLOT, OverCap.HTTP429])
+async def test_capacity_errors_are_retried_never_failed(redis_server: Any, producer: CaptchaQueue,
+                                                        over_cap: OverCap) -> None:
+    """The worker is told 6 threads but the plan has 2: the API refuses the rest, tasks still all succeed."""
+    async with simulator(threads=2, over_cap=over_cap) as sim, \
+            worker(redis_server.url, sim, CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6"):
+        ids = await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(12)])
+        outcomes = [o async for o in producer.as_completed(ids, timeout=60)]
+        stats = sim.stats()
+    assert all(isinstance(o, Solved) for o in outcomes), [o for o in outcomes if not isinstance(o, Solved)]
+    assert stats.over_cap_rejections > 0 and stats.max_in_flight <= 2
+
+
+async def test_unsolvable_is_retried_then_reported(redis_server: Any, producer: CaptchaQueue) -> None:
+    async with simulator(faults=Faults(unsolvable=1.0)) as sim, worker(redis_server.url, sim,
+                                                                      UNSOLVABLE_RETRIES="2"):
+        outcome = await producer.solve("turnstile", TURNSTILE, timeout=30)
+        submitted = sim.stats().submitted
+    assert isinstance(outcome, Failed) and outcome.code == "ERROR_CAPTCHA_UNSOLVABLE"
+    assert submitted == 3
+
+
+async def test_transient_faults_are_absorbed(redis_server: Any, producer: CaptchaQueue) -> None:
+    faults = Faults(html502=0.15, nonjson=0.1, reset=0.05, server_error=0.1)
+    async with simulator(faults=faults) as sim, worker(redis_server.url, sim, WORKER_CONCURRENCY="10"):
+        ids = await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(30)])
+        outcomes = [o async for o in producer.as_completed(ids, timeout=60)]
+        injected = sum(sim.stats().faults.values())
+    assert injected > 0
+    assert all(isinstance(o, Solved) for o in outcomes), [o for o in outcomes if not isinstance(o, Solved)]
+
+
+async def test_transient_failures_exhaust_attempts_into_the_dead_letter_list(
+        redis_server: Any, producer: CaptchaQueue) -> None:
+    async with simulator(faults=Faults(html502=1.0)) as sim, worker(redis_server.url, sim, MAX_ATTEMPTS="2"):
+        outcome = await producer.solve("turnstile", TURNSTILE, timeout=60)
+        assert sim.stats().submitted == 0
+    assert isinstance(outcome, Failed) and outcome.code == "MAX_ATTEMPTS_EXCEEDED"
+    assert "HTTP_5XX" in outcome.text and outcome.attempts == 2
+    (letter,) = await producer.queue.dead_letters()
+    assert letter.id == outcome.id and letter.body is not None
+
+
+async def test_readiness_reflects_redis_outage(redis_server: Any) -> None:
+    async with simulator() as sim, worker(redis_server.url, sim) as w:
+        await asyncio.sleep(0.3)
+        assert w.readiness() == (True, "ready")
+        redis_server.stop()
+        try:
+            for _ in range(100):
+                if not w.redis_ok:
+                    break
+                await asyncio.sleep(0.05)
+            assert w.readiness() == (False, "redis unavailable")
+        finally:
+            redis_server.start()
+        for _ in range(200):
+            if w.redis_ok:
+                break
+            await asyncio.sleep(0.05)
+        assert w.readiness() == (True, "ready")
+
+
+async def test_redis_client_honours_task_cancellation(redis: Redis) -> None:
+    """redis-py 8.0/8.1 swallow a cancel that lands mid-command; the worker's drain depends on it (pinned <8)."""
+
+    async def busy() -> None:
+        while True:
+            await redis.llen("x")
+
+    task = asyncio.create_task(busy())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 2)
