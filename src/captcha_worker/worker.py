@@ -29,10 +29,10 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis
@@ -42,14 +42,17 @@ from captcha_worker.captchaai import (
     CaptchaAI,
     FatalApiError,
     RetryPolicy,
+    Solution,
     SolveStats,
     SolveTimeout,
     TaskFailed,
+    ThreadsInfo,
     TransientError,
     describe,
 )
 from captcha_worker.config import RedisConfig, WorkerConfig
 from captcha_worker.log import event
+from captcha_worker.methods import Kind
 from captcha_worker.queue import Claimed, Queue, dead_entry, is_raw_item
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task
 
@@ -82,6 +85,17 @@ class Job:
     claimed_at: float = field(default_factory=time.time)
 
 
+class Api(Protocol):
+    """What the worker needs from the API client (CaptchaAI implements it; benchmarks plug in instant ones)."""
+
+    async def solve(self, kind: Kind, method: str, params: Mapping[str, str], *, deadline: float,
+                    unsolvable_retries: int = 1, stats: SolveStats | None = None) -> Solution: ...
+
+    async def threadsinfo(self) -> ThreadsInfo: ...
+
+    async def getbalance(self) -> float: ...
+
+
 def _retryable(exc: Exception) -> bool:
     if isinstance(exc, _RETRYABLE_REDIS):
         return True
@@ -89,7 +103,7 @@ def _retryable(exc: Exception) -> bool:
 
 
 class Worker:
-    def __init__(self, cfg: WorkerConfig, redis: Redis, api: CaptchaAI, *, worker_id: str | None = None) -> None:
+    def __init__(self, cfg: WorkerConfig, redis: Redis, api: Api, *, worker_id: str | None = None) -> None:
         self.cfg = cfg
         self.api = api
         self.queue = Queue(redis, cfg.queue)
