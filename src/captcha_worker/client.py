@@ -32,7 +32,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from captcha_worker.config import DEFAULT_QUEUE, redact_url
-from captcha_worker.queue import Keys, Queue
+from captcha_worker.queue import Keys, Queue, as_awaitable
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_task
 
 T = TypeVar("T")
@@ -184,7 +184,7 @@ class CaptchaQueue:
 
     async def __aenter__(self) -> CaptchaQueue:
         try:
-            await self.redis.ping()
+            await as_awaitable(self.redis.ping())
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             raise _safe_redis_error(exc, self._url) from None
         return self
@@ -273,7 +273,7 @@ class CaptchaQueue:
         delay = 0.05
         while True:
             try:
-                item = await self.redis.blpop([reply_key], timeout=1)
+                item = await as_awaitable(self.redis.blpop([reply_key], timeout=1))
                 delay = 0.05
             except (rexc.ConnectionError, rexc.TimeoutError, OSError):
                 await asyncio.sleep(delay)

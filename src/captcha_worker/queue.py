@@ -45,13 +45,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis
 
 from captcha_worker.task import Result
+
+T = TypeVar("T")
 
 # -- Lua ----------------------------------------------------------------------------------------------------
 # Server time keeps leases independent of worker clocks. Scripts are replicated by effects (Redis >= 5).
@@ -366,6 +368,11 @@ def dead_entry(*, reason: str, code: str, task_id: str | None, body: str | None,
     return json.dumps(data, separators=(",", ":"))
 
 
+def as_awaitable(value: Awaitable[T] | T) -> Awaitable[T]:
+    """redis-py types commands as `Awaitable[T] | T` (sync and async share stubs); ours are async."""
+    return cast(Awaitable[T], value)
+
+
 def _strs(values: Any) -> list[str]:
     return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
 
@@ -496,11 +503,11 @@ class Queue:
         return int(expired), int(orphaned)
 
     async def last_error(self, task_id: str) -> str | None:
-        return _str_or_none(await self.redis.hget(self.keys.task(task_id), "last_error"))
+        return _str_or_none(await as_awaitable(self.redis.hget(self.keys.task(task_id), "last_error")))
 
     async def write_seed_result(self, result: Result) -> None:
         """Compatibility with the seed guide's producers, which poll HGET captcha:results <id>."""
-        await self.redis.hset(SEED_RESULTS_HASH, result.id, result.to_json())
+        await as_awaitable(self.redis.hset(SEED_RESULTS_HASH, result.id, result.to_json()))
 
     # inspection and operations ----------------------------------------------------------------------------
     async def stats(self, *, worker_alive_s: float = 60) -> QueueStats:
@@ -524,7 +531,7 @@ class Queue:
         return int(pending), int(processing), int(dead)
 
     async def dead_letters(self, start: int = 0, count: int = 100) -> list[DeadLetter]:
-        raws = await self.redis.lrange(self.keys.dead, start, start + count - 1)
+        raws = await as_awaitable(self.redis.lrange(self.keys.dead, start, start + count - 1))
         return [DeadLetter.parse(r) for r in _strs(raws)]
 
     async def requeue_dead(self, letter: DeadLetter, *, ttl: int) -> bool:
