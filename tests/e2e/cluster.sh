@@ -6,7 +6,8 @@
 # Pods are created by the ReplicaSets but stay Pending: there is no scheduler and no node.
 #
 # Usage: tests/e2e/cluster.sh up [--bare]   start everything (--bare: no KEDA CRDs and no KEDA operator)
-#        tests/e2e/cluster.sh keda          apply the KEDA CRDs and start the operator (after `up --bare`)
+#        tests/e2e/cluster.sh keda [--no-crds]  apply the KEDA CRDs (unless already there, e.g. from a chart) and
+#                                           start the operator (after `up --bare`)
 #        tests/e2e/cluster.sh down          stop every process of this cluster and delete its state
 #        tests/e2e/cluster.sh env           print `export KUBECONFIG=...` lines (eval "$(tests/e2e/cluster.sh env)")
 #        tests/e2e/cluster.sh status        pid / liveness of each component
@@ -150,12 +151,13 @@ wait_http() {  # wait_http NAME URL TIMEOUT [curl args]
   done
 }
 
-start_keda() {
+start_keda() {  # start_keda [--no-crds]
   [ -f "$STATE/ports" ] || die "cluster $NAME is not up"
-  # shellcheck disable=SC1091
-  . "$STATE/ports"
-  log "applying KEDA CRDs from ${CRDS#"$ROOT"/}"
-  kc apply --server-side -f "$CRDS" >/dev/null
+  [ -x "$BIN/keda" ] || die "$BIN/keda missing: run tests/e2e/build-tools.sh"
+  if [ "${1:-}" != --no-crds ]; then
+    log "applying KEDA CRDs from ${CRDS#"$ROOT"/}"
+    kc apply --server-side -f "$CRDS" >/dev/null
+  fi
   kc wait --for condition=established --timeout=60s -f "$CRDS" >/dev/null
   kc create namespace "$KEDA_NS" --dry-run=client -o yaml | kc apply -f - >/dev/null
   local mport hport gport
@@ -246,7 +248,7 @@ case ${1:-} in
   up) shift; cmd_up "$@" ;;
   keda)
     trap 'rc=$?; log "keda start failed (rc=$rc)"; exit $rc' ERR
-    start_keda ;;
+    shift; start_keda "$@" ;;
   down)
     if [ -d "$STATE" ]; then
       stop_all
