@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import subprocess
 import tempfile
 import time
@@ -131,3 +132,62 @@ def _aioresponses_compat() -> None:
 
 
 _aioresponses_compat()
+
+
+@dataclass
+class Stack:
+    """A running system for producer and CLI tests: its own redis-server, the simulator and two workers,
+    all as processes (`captcha-worker simulator`, `captcha-worker run`)."""
+
+    redis: RedisServer
+    sim_url: str
+    worker_env: dict[str, str]
+    procs: list[subprocess.Popen[bytes]]
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url
+
+    def sim_config(self, **patch: object) -> None:
+        import json
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.sim_url}/_sim/config", data=json.dumps(patch).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - 127.0.0.1
+            assert resp.status == 200
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    from helpers import KEY, ROOT, cli_env
+
+    d = tmp_path_factory.mktemp("stack")
+    server = RedisServer(free_port(), str(d))
+    server.start()
+    sim_port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(name: str, args: list[str], env: dict[str, str]) -> None:
+        with open(d / f"{name}.log", "wb") as log:
+            procs.append(subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", *args], env=cli_env(**env),
+                                          stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+
+    spawn("simulator", ["simulator", "--port", str(sim_port), "--threads", "20", "--speed", "20", "--seed", "1"], {})
+    wait_port(sim_port)
+    env = {"REDIS_URL": server.url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": f"http://127.0.0.1:{sim_port}",
+           "CAPTCHAAI_THREADS": "20", "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20", "LEASE_SECONDS": "3",
+           "METRICS_HOST": "127.0.0.1"}
+    for i in range(2):
+        spawn(f"worker{i}", ["run"], {**env, "METRICS_PORT": str(free_port())})
+    try:
+        yield Stack(server, f"http://127.0.0.1:{sim_port}", env, procs)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        server.stop()

@@ -39,7 +39,7 @@ class WorkerProc:
 
     def start(self) -> None:
         self.starts += 1
-        log = open(self.logdir / f"{self.name}.{self.starts}.log", "wb")  # noqa: SIM115 - child owns it
+        log = open(self.logdir / f"{self.name}.{self.starts}.log", "wb")
         self.metrics_port = free_port()
         self.proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"],
                                      env=cli_env(**self.env, METRICS_PORT=str(self.metrics_port),

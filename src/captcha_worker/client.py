@@ -9,8 +9,10 @@
 
 One background listener per ``CaptchaQueue`` blocks on this producer's reply list (``{q}:reply:<producer>``)
 on its own connection and resolves the futures of every waiting ``result()`` call, however many there are.
-A result whose notification was missed (the producer restarted, or the reply list expired) is still read from
-its result key (``{q}:result:<id>``, kept for ``RESULT_TTL_SECONDS``).
+A result whose notification was missed (the reply list expired) is still read from its result key
+(``{q}:result:<id>``, kept for ``RESULT_TTL_SECONDS``).  Tasks submitted by *another* process (``captcha-worker
+wait``, a restarted producer) notify that process; for those the waiter reads the result keys of all such tasks
+in one MGET twice a second.
 """
 
 from __future__ import annotations
@@ -152,6 +154,10 @@ def _deadline(value: float | dt.datetime | None, now: float) -> float | None:
     return now + float(value)
 
 
+def new_producer_id() -> str:
+    return f"p-{secrets.token_hex(8)}"
+
+
 def _safe_redis_error(exc: Exception, url: str) -> QueueUnavailable:
     return QueueUnavailable(f"Redis at {url} is unreachable ({type(exc).__name__})")
 
@@ -164,7 +170,7 @@ class CaptchaQueue:
                  owns_redis: bool = False, display_url: str = "redis") -> None:
         self.redis = redis
         self.queue = Queue(redis, queue)
-        self.producer_id = producer_id or f"p-{secrets.token_hex(8)}"
+        self.producer_id = producer_id or new_producer_id()
         self.task_ttl = task_ttl
         self.max_task_bytes = max_task_bytes
         self._owns_redis = owns_redis
@@ -172,11 +178,20 @@ class CaptchaQueue:
         self._waiters: dict[str, list[asyncio.Future[Result]]] = {}
         self._arrived: OrderedDict[str, Result] = OrderedDict()
         self._listener: asyncio.Task[None] | None = None
+        self._lookups: dict[str, list[asyncio.Future[str | None]]] = {}
+        self._lookup_task: asyncio.Task[None] | None = None
+        self._own: set[str] = set()  # submitted here, result not yet notified
+        self._foreign_task: asyncio.Task[None] | None = None
 
     @classmethod
-    def from_url(cls, url: str, *, password: str | None = None, **kwargs: Any) -> CaptchaQueue:
-        redis = Redis.from_url(url, decode_responses=True, password=password, socket_connect_timeout=5)
-        return cls(redis, owns_redis=True, display_url=redact_url(url), **kwargs)
+    def from_url(cls, url: str, *, password: str | None = None, producer_id: str | None = None,
+                 **kwargs: Any) -> CaptchaQueue:
+        """Connects lazily; `async with` checks the connection. Connections are named
+        ``captcha-producer-<producer id>`` (visible in CLIENT LIST)."""
+        producer_id = producer_id or new_producer_id()
+        redis = Redis.from_url(url, decode_responses=True, password=password, socket_connect_timeout=5,
+                               client_name=f"captcha-producer-{producer_id}")
+        return cls(redis, owns_redis=True, display_url=redact_url(url), producer_id=producer_id, **kwargs)
 
     @property
     def keys(self) -> Keys:
@@ -225,6 +240,7 @@ class CaptchaQueue:
         """
         task = self._task(method, {**(params or {}), **more_params}, deadline, task_id, time.time())
         await self._guarded(self.queue.push([(task.id, task.body())], ttl=self.task_ttl, front=priority))
+        self._own.add(task.id)
         self._ensure_listener()
         return task.id
 
@@ -240,6 +256,7 @@ class CaptchaQueue:
         for front in (False, True):
             group = [(t.id, t.body()) for t, p in built if p is front]
             await self._push_batched(group, batch, front)
+        self._own.update(t.id for t, _ in built)
         self._ensure_listener()
         return [t.id for t, _ in built]
 
@@ -288,6 +305,7 @@ class CaptchaQueue:
             self._deliver(result)
 
     def _deliver(self, result: Result) -> None:
+        self._own.discard(result.id)
         futures = self._waiters.pop(result.id, [])
         for fut in futures:
             if not fut.done():
@@ -306,9 +324,11 @@ class CaptchaQueue:
         fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(task_id, []).append(fut)
         try:
-            stored = await self._guarded(self.queue.get_result(task_id))  # the notification may be long gone
+            stored = await self._guarded(self._stored(task_id))  # the notification may be long gone
             if stored is not None:
                 return outcome_of(Result.from_json(stored))
+            if task_id not in self._own and (self._foreign_task is None or self._foreign_task.done()):
+                self._foreign_task = asyncio.create_task(self._watch_foreign())
             try:
                 return outcome_of(await asyncio.wait_for(asyncio.shield(fut), timeout))
             except TimeoutError:
@@ -319,6 +339,48 @@ class CaptchaQueue:
                 waiters.remove(fut)
                 if not waiters:
                     del self._waiters[task_id]
+
+    async def _watch_foreign(self, every_s: float = 0.5) -> None:
+        """Tasks submitted by another process (`captcha-worker wait`, a restarted producer) notify that
+        process, not this one: look at their result keys, all in one MGET, twice a second while any waits."""
+        while True:
+            await asyncio.sleep(every_s)
+            foreign = [i for i in self._waiters if i not in self._own]
+            if not foreign:
+                return
+            try:
+                values = await as_awaitable(self.redis.mget([self.keys.result(i) for i in foreign]))
+            except (rexc.ConnectionError, rexc.TimeoutError, OSError):
+                continue
+            for value in values:
+                if value is not None:
+                    self._deliver(Result.from_json(value))
+
+    def _stored(self, task_id: str) -> asyncio.Future[str | None]:
+        """The stored result of a task. Lookups of all concurrent waiters go out as one MGET per round trip,
+        so any number of waiters needs one connection for this and one for the notifications."""
+        fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._lookups.setdefault(task_id, []).append(fut)
+        if self._lookup_task is None or self._lookup_task.done():
+            self._lookup_task = asyncio.create_task(self._lookup_loop())
+        return fut
+
+    async def _lookup_loop(self) -> None:
+        while self._lookups:
+            batch, self._lookups = self._lookups, {}
+            ids = list(batch)
+            try:
+                values = await as_awaitable(self.redis.mget([self.keys.result(i) for i in ids]))
+            except Exception as exc:
+                for futures in batch.values():
+                    for fut in futures:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                continue
+            for task_id, value in zip(ids, values, strict=True):
+                for fut in batch[task_id]:
+                    if not fut.done():
+                        fut.set_result(value)
 
     async def as_completed(self, ids: Iterable[str], timeout: float = 300.0) -> AsyncIterator[Outcome]:
         """Yield outcomes as they arrive; ids still unanswered when `timeout` passes yield TimedOut."""

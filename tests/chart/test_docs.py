@@ -1,0 +1,76 @@
+"""The chart README (helm-docs), values.schema.json and values.yaml stay in sync."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from .chartlib import CHART, run, tool
+from .values_schema import OPEN_OBJECTS, OVERRIDES, render
+
+
+def _helm_docs(chart_root: Path) -> str:
+    run([tool("helm-docs"), "--chart-search-root", chart_root, "--template-files", "README.md.gotmpl",
+         "--sort-values-order", "file", "--log-level", "warning"])
+    return (chart_root / "captcha-solver" / "README.md").read_text()
+
+
+def test_readme_is_generated_and_current(tmp_path: Path) -> None:
+    shutil.copytree(CHART, tmp_path / "captcha-solver")
+    (tmp_path / "captcha-solver" / "README.md").unlink()
+    generated = _helm_docs(tmp_path)
+    assert "| captchaai.threads | int | `5` |" in generated
+    assert generated == (CHART / "README.md").read_text(), (
+        "charts/captcha-solver/README.md is stale: run .tools/bin/helm-docs --chart-search-root charts "
+        "--template-files README.md.gotmpl --sort-values-order file")
+
+
+def test_readme_staleness_is_detected(tmp_path: Path) -> None:
+    shutil.copytree(CHART, tmp_path / "captcha-solver")
+    values = tmp_path / "captcha-solver" / "values.yaml"
+    values.write_text(values.read_text().replace("# -- Plan price per month", "# -- Monthly plan price"))
+    assert _helm_docs(tmp_path) != (CHART / "README.md").read_text()
+
+
+def _leaves(node: object, prefix: str = "") -> list[str]:
+    """Keys helm-docs documents: leaves, and objects the schema treats as a single value."""
+    if isinstance(node, dict) and node and prefix not in OVERRIDES:
+        out: list[str] = []
+        for key, value in node.items():
+            out += _leaves(value, f"{prefix}.{key}" if prefix else key)
+        return out
+    return [prefix]
+
+
+def test_every_value_is_documented() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    rows = {line.split("|")[1].strip(): line.split("|")[4].strip()
+            for line in readme.splitlines() if line.startswith("| ") and line.count("|") >= 5}
+    missing = [k for k in _leaves(values) if not rows.get(k)]
+    assert not missing, f"values without a `# --` description: {missing}"
+
+
+def test_values_schema_is_current() -> None:
+    assert render() == (CHART / "values.schema.json").read_text(), (
+        "values.schema.json is stale: run python tests/chart/values_schema.py")
+
+
+def test_schema_closes_every_object_the_chart_defines() -> None:
+    import json
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+
+    def walk(node: dict, path: str) -> None:
+        if node.get("type") == "object" and "properties" in node:
+            if path in OPEN_OBJECTS:
+                assert "additionalProperties" not in node
+            else:
+                assert node.get("additionalProperties") is False, f"{path or '<root>'} accepts unknown keys"
+            for key, sub in node["properties"].items():
+                walk(sub, f"{path}.{key}" if path else key)
+
+    walk(schema, "")

@@ -1,0 +1,198 @@
+"""helm lint --strict and helm template with the real Helm v3 and v4, for the defaults and every values example."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .chartlib import (
+    CHART,
+    EXAMPLES,
+    HELMS,
+    NAMESPACE,
+    RELEASE,
+    VALUES_CASES,
+    Rendering,
+    run,
+    template_cmd,
+    tool,
+    values_args,
+)
+
+# Per values case: (maxReplicaCount, worker.concurrency, kinds it renders). The issue's note quotes this table.
+EXPECTED: dict[str, tuple[int, int, dict[str, int]]] = {
+    "default": (1, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 2, "Service": 2,
+                       "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "plan-5-threads": (1, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1,
+                              "Service": 2, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "plan-15-threads": (3, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1,
+                               "Service": 2, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "plan-50-threads": (5, 10, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1,
+                                "Service": 2, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "plan-100-threads": (10, 10, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1,
+                                  "Service": 2, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "external-redis-tls": (3, 5, {"ConfigMap": 1, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Service": 1,
+                                  "ServiceAccount": 1, "TriggerAuthentication": 1}),
+    "existing-secrets": (3, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Service": 2,
+                                "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "simulator-staging": (2, 5, {"ConfigMap": 2, "Deployment": 2, "Pod": 1, "ScaledObject": 1, "Secret": 2,
+                                 "Service": 3, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "production": (5, 10, {"ConfigMap": 3, "Deployment": 1, "NetworkPolicy": 3, "Pod": 1,
+                           "PodDisruptionBudget": 1, "PrometheusRule": 1, "ScaledObject": 1, "Service": 2,
+                           "ServiceAccount": 1, "ServiceMonitor": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "e2e-local": (2, 5, {"ConfigMap": 1, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1, "Service": 1,
+                         "ServiceAccount": 1}),
+}
+
+
+def test_every_example_has_an_expectation() -> None:
+    assert set(EXPECTED) == set(VALUES_CASES), "add the new values example to EXPECTED"
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_helm_versions(helm: str, helm_env: dict[str, str]) -> None:
+    out = run([tool(helm), "version", "--template", "{{.Version}}"], env=helm_env).stdout.strip()
+    assert out.startswith("v3." if helm == "helm3" else "v4."), out
+
+
+@pytest.mark.parametrize("case", VALUES_CASES)
+@pytest.mark.parametrize("helm", HELMS)
+def test_lint_strict(helm: str, case: str, offline_chart: Path, helm_env: dict[str, str]) -> None:
+    proc = run([tool(helm), "lint", "--strict", offline_chart, "--namespace", NAMESPACE, *values_args(case)],
+               env=helm_env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
+    assert "[WARNING]" not in proc.stdout and "[ERROR]" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("case", VALUES_CASES)
+@pytest.mark.parametrize("helm", HELMS)
+def test_template_kinds_and_thread_budget(helm: str, case: str,
+                                          renderings: dict[tuple[str, str], Rendering]) -> None:
+    r = renderings[(helm, case)]
+    max_replicas, concurrency, kinds = EXPECTED[case]
+    assert dict(Counter(r.kinds())) == kinds
+    so = r.one("ScaledObject")
+    assert so["spec"]["maxReplicaCount"] == max_replicas
+    for trigger in so["spec"]["triggers"]:
+        assert trigger["metadata"]["listLength"] == str(concurrency)
+        assert all(isinstance(v, str) for v in trigger["metadata"].values()), trigger["metadata"]
+    config = r.one("ConfigMap", "-worker")["data"]
+    assert int(config["WORKER_CONCURRENCY"]) == concurrency
+    assert int(config["CAPTCHAAI_THREADS"]) // concurrency == max_replicas
+    # KEDA on -> no spec.replicas on the worker Deployment
+    assert "replicas" not in r.one("Deployment", "-worker")["spec"]
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_both_helm_versions_render_the_same_objects(helm: str,
+                                                    renderings: dict[tuple[str, str], Rendering]) -> None:
+    other = "helm4" if helm == "helm3" else "helm3"
+    for case in VALUES_CASES:
+        mine = _without_random(renderings[(helm, case)].docs)
+        theirs = _without_random(renderings[(other, case)].docs)
+        assert mine == theirs, f"helm3 and helm4 render {case} differently"
+
+
+def _without_random(docs: list[dict]) -> list[dict]:
+    out = []
+    for doc in docs:
+        if doc["kind"] == "Secret" and doc["metadata"]["name"].endswith("-redis") and "redis-password" in doc["data"]:
+            out.append({**doc, "data": {**doc["data"], "redis-password": "<random>"}})
+        else:
+            out.append(doc)
+    return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_without_keda_fixed_replicas(helm: str, offline_chart: Path, helm_env: dict[str, str]) -> None:
+    out = run(template_cmd(helm, offline_chart, "default", "--set", "keda.enabled=false",
+                           "--set", "worker.replicas=1"), env=helm_env).stdout
+    r = Rendering(helm, "no-keda", out)
+    assert "ScaledObject" not in r.kinds() and "TriggerAuthentication" not in r.kinds()
+    assert r.one("Deployment", "-worker")["spec"]["replicas"] == 1
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_upgrade_threads_changes_cap_and_rolls_workers(helm: str, offline_chart: Path,
+                                                       helm_env: dict[str, str]) -> None:
+    """`helm upgrade --set captchaai.threads=50` must raise the cap and change the pod template."""
+
+    def render(*sets: str) -> Rendering:
+        args = [a for s in sets for a in ("--set", s)]
+        return Rendering(helm, "x", run(template_cmd(helm, offline_chart, "plan-15-threads", *args),
+                                        env=helm_env).stdout)
+
+    before, same, after = render(), render(), render("captchaai.threads=50")
+    pod = lambda r: r.one("Deployment", "-worker")["spec"]["template"]  # noqa: E731
+    assert before.one("ScaledObject")["spec"]["maxReplicaCount"] == 3
+    assert after.one("ScaledObject")["spec"]["maxReplicaCount"] == 10
+    assert after.one("ConfigMap", "-worker")["data"]["CAPTCHAAI_THREADS"] == "50"
+    # the same values render the same pod template (the random Redis password does not leak into it) ...
+    assert pod(before) == pod(same)
+    # ... and new threads change it, so Kubernetes rolls the workers
+    a, b = pod(before)["metadata"]["annotations"], pod(after)["metadata"]["annotations"]
+    assert a["checksum/config"] != b["checksum/config"]
+    assert a["checksum/secret"] == b["checksum/secret"]
+    # a new API key rolls them too
+    rekeyed = render("captchaai.existingSecret=", "captchaai.apiKey=0123456789abcdef0123456789abcdef")
+    assert pod(rekeyed)["metadata"]["annotations"]["checksum/secret"] != a["checksum/secret"]
+
+
+@pytest.mark.parametrize("helm", HELMS)
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["captchaai.threads=5", "worker.concurrency=10"],
+         "worker.concurrency (10) is larger than captchaai.threads (5)"),
+        (["captchaai.threads=10", "keda.scaledObject.minReplicaCount=3"],
+         "keda.scaledObject.minReplicaCount (3) is greater than maxReplicaCount (2"),
+        (["externalRedis.host=redis.example"], "Both redis.enabled=true and externalRedis.host are set"),
+        (["redis.enabled=false"], "No Redis configured"),
+        (["worker.concurency=5"], "additional properties 'concurency' not allowed"),
+    ],
+)
+def test_fail_messages(helm: str, sets: list[str], message: str, offline_chart: Path,
+                       helm_env: dict[str, str]) -> None:
+    args = [a for s in sets for a in ("--set", s)]
+    proc = run(template_cmd(helm, offline_chart, "default", *args), env=helm_env, check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
+def test_keda_dependency_entry() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    deps = chart["dependencies"]
+    assert len(deps) == 1
+    keda = deps[0]
+    assert keda["name"] == "keda"
+    assert keda["repository"] == "https://kedacore.github.io/charts"
+    assert keda["condition"] == "keda.install"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", str(keda["version"])), "pin the KEDA chart version"
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["keda"]["install"] is False, "one KEDA per cluster: the subchart is off by default"
+    assert values["keda"]["enabled"] is True
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_unbuilt_dependency_error_is_documented(helm: str, helm_env: dict[str, str]) -> None:
+    """The real chart (dependency declared, charts/ empty) fails with the error the README quotes."""
+    if any((CHART / "charts").glob("keda-*.tgz")):
+        pytest.skip("charts/ holds a built KEDA dependency: the unbuilt-dependency error cannot occur")
+    proc = run([tool(helm), "template", RELEASE, CHART], env=helm_env, check=False)
+    assert proc.returncode != 0
+    error = proc.stderr.strip().splitlines()[-1]
+    assert "found in Chart.yaml, but missing in charts/ directory: keda" in error
+    readme = (CHART / "README.md").read_text()
+    assert error.removeprefix("Error: ") in readme, f"README must quote the {helm} error: {error}"
+
+
+def test_examples_are_documented_in_readme() -> None:
+    readme = (CHART / "README.md").read_text()
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        assert f"values-examples/{path.name}" in readme, f"README: describe {path.name}"

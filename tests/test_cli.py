@@ -1,0 +1,160 @@
+"""Every `captcha-worker` command as a process: exit codes and output (against the `stack` fixture)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from helpers import KEY, free_port, run_cli
+from redis import Redis
+
+from captcha_worker.queue import Keys, dead_entry
+
+pytestmark = pytest.mark.slow
+TURNSTILE_ARGS = ["turnstile", "-p", "sitekey=0x4AAAAAAA", "-p", "pageurl=https://example.com/login"]
+KEYS = Keys("captcha")
+
+
+def env_of(stack: Any, **extra: str) -> dict[str, str]:
+    return {**stack.worker_env, **extra}
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["simulator"], ["check"], ["submit"], ["wait"], ["stats"],
+                                     ["dead-letters"], ["dead-letters", "list"], ["dead-letters", "requeue"],
+                                     ["dead-letters", "purge"], ["demo"]])
+def test_every_command_has_help(command: list[str]) -> None:
+    proc = run_cli(*command, "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: captcha-worker")
+
+
+def test_submit_one_and_wait_prints_a_json_line(stack: Any) -> None:
+    proc = run_cli("submit", *TURNSTILE_ARGS, "--wait", "--timeout", "60", env=env_of(stack))
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.strip().splitlines()
+    result = json.loads(line)
+    assert result["status"] == "solved" and result["solution"] and result["attempts"] == 1
+    assert {"queued_s", "solving_s", "total_s"} <= result.keys()
+
+
+def test_submit_many_from_stdin_then_wait_by_id(stack: Any) -> None:
+    tasks = "\n".join(json.dumps({"method": "turnstile", "params": {"sitekey": "s", "pageurl": "https://e"}})
+                      for _ in range(5))
+    proc = run_cli("submit", "--file", "-", env=env_of(stack), input=tasks + "\n")
+    assert proc.returncode == 0, proc.stderr
+    ids = proc.stdout.split()
+    assert len(ids) == 5
+    waited = run_cli("wait", *ids, "--timeout", "60", env=env_of(stack))
+    assert waited.returncode == 0
+    assert sorted(json.loads(line)["id"] for line in waited.stdout.splitlines()) == sorted(ids)
+
+
+def test_submit_from_a_file_with_wait(stack: Any, tmp_path: Any) -> None:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps({"method": "userrecaptcha", "params": {
+        "googlekey": "6LeAAAA", "pageurl": "https://e", "version": "v3", "action": "login"}}) for _ in range(3)))
+    proc = run_cli("submit", "-f", str(path), "--wait", env=env_of(stack))
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 3
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["submit", "nope", "-p", "a=b"], "invalid task: unknown method 'nope'"),
+    (["submit", "turnstile", "-p", "sitekey"], "--param expects NAME=VALUE"),
+    (["submit"], "give either METHOD"),
+    (["dead-letters", "purge"], "add --yes"),
+    (["dead-letters", "requeue"], "requeue needs task ids or --all"),
+])
+def test_bad_arguments_exit_2_with_one_line(stack: Any, args: list[str], message: str) -> None:
+    proc = run_cli(*args, env=env_of(stack))
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
+
+
+def test_wait_reports_failures_with_exit_1(stack: Any) -> None:
+    proc = run_cli("wait", "never-submitted", "--timeout", "0.3", env=env_of(stack))
+    assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == "timed_out"
+
+
+def test_stats_json(stack: Any) -> None:
+    proc = run_cli("stats", "--json", env=env_of(stack))
+    assert proc.returncode == 0
+    data = json.loads(proc.stdout)
+    assert set(data) == {"queue", "pending", "processing", "dead", "budget_in_use", "workers_alive"}
+    assert data["workers_alive"] == 2 and data["budget_in_use"] == 20
+    human = run_cli("stats", env=env_of(stack))
+    assert "workers_alive" in human.stdout and human.returncode == 0
+
+
+def test_check_passes_against_a_healthy_setup(stack: Any) -> None:
+    proc = run_cli("check", "--json", env=env_of(stack))
+    assert proc.returncode == 0, proc.stdout
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert all(c["ok"] for c in checks.values())
+    assert checks["plan"]["detail"].startswith("20 threads")
+    text = run_cli("check", env=env_of(stack))
+    assert text.returncode == 0 and text.stdout.splitlines()[0].startswith("ok")
+
+
+def test_check_fails_on_a_bad_key_and_never_prints_it(stack: Any) -> None:
+    bad = "x" * 31
+    proc = run_cli("check", env=env_of(stack, CAPTCHAAI_KEY=bad))
+    assert proc.returncode == 1
+    assert "FAIL  api key" in proc.stdout and "ERROR_WRONG_USER_KEY" in proc.stdout and bad not in proc.stdout
+
+
+def test_check_fails_on_unreachable_redis(stack: Any) -> None:
+    proc = run_cli("check", env=env_of(stack, REDIS_URL=f"redis://:pw@127.0.0.1:{free_port()}/0"))
+    assert proc.returncode == 1
+    assert "FAIL  redis" in proc.stdout and "unreachable" in proc.stdout and ":pw@" not in proc.stdout
+
+
+def test_check_without_a_key_is_a_config_error(stack: Any) -> None:
+    proc = run_cli("check", env={"REDIS_URL": stack.redis_url})
+    assert proc.returncode == 2 and "CAPTCHAAI_KEY is required" in proc.stderr
+
+
+def test_producer_commands_on_unreachable_redis_exit_1(stack: Any) -> None:
+    proc = run_cli("stats", "--redis-url", f"redis://127.0.0.1:{free_port()}/0")
+    assert proc.returncode == 1 and "unreachable" in proc.stderr
+
+
+def test_dead_letters_list_requeue_purge(stack: Any) -> None:
+    admin = Redis.from_url(stack.redis_url, decode_responses=True)
+    body = json.dumps({"id": "dl-1", "method": "turnstile", "params": {"sitekey": "s", "pageurl": "https://e"}})
+    admin.lpush(KEYS.dead, dead_entry(reason="gave up after 3 attempts (last: HTTP_5XX)",
+                                      code="MAX_ATTEMPTS_EXCEEDED", task_id="dl-1", body=body, raw=None, attempts=3))
+    admin.rpush(KEYS.pending, '{"id": "dl-2", "method": "hcaptcha", "params": {"sitekey": "s", "pageurl": "u"}}')
+    try:
+        for _ in range(100):
+            listing = run_cli("dead-letters", "list", "--json", env=env_of(stack))
+            rows = [json.loads(line) for line in listing.stdout.splitlines()]
+            if {r["id"] for r in rows} >= {"dl-1", "dl-2"}:
+                break
+        codes = {r["id"]: r["code"] for r in rows}
+        assert (codes["dl-1"], codes["dl-2"]) == ("MAX_ATTEMPTS_EXCEEDED", "UNSUPPORTED_METHOD")
+        human = run_cli("dead-letters", "list", env=env_of(stack))
+        assert "hCaptcha is not solved by CaptchaAI" in human.stdout
+        requeued = run_cli("dead-letters", "requeue", "dl-1", "--json", env=env_of(stack))
+        assert requeued.returncode == 0 and json.loads(requeued.stdout) == {"requeued": 1}
+        waited = run_cli("wait", "dl-1", "--timeout", "60", env=env_of(stack))
+        assert waited.returncode == 0 and json.loads(waited.stdout)["status"] == "solved"
+        purged = run_cli("dead-letters", "purge", "--yes", "--json", env=env_of(stack))
+        assert purged.returncode == 0 and json.loads(purged.stdout)["purged"] >= 1
+        assert admin.llen(KEYS.dead) == 0
+    finally:
+        admin.close()
+
+
+def test_simulator_rejects_bad_flags_in_one_line() -> None:
+    proc = run_cli("simulator", "--fault", "bogus=0.1")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "bogus" in proc.stderr
+
+
+def test_demo_end_to_end_small() -> None:
+    proc = run_cli("demo", "--tasks", "30", "--workers", "2", "--threads", "8", "--concurrency", "5",
+                   timeout=180)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    out = proc.stdout
+    assert "captcha-solver demo" in out and "| tasks" in out and "30 (" in out
+    assert "of 8 plan threads" in out and "over-cap rejections | 0" in out.replace("  ", " ").replace("  ", " ")
+    assert KEY not in out

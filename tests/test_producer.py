@@ -1,0 +1,146 @@
+"""Producer API against real processes: redis-server, `captcha-worker simulator`, two `captcha-worker run`."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from captcha_worker.client import (
+    CaptchaQueue,
+    Expired,
+    Failed,
+    InvalidTask,
+    QueueUnavailable,
+    Solved,
+    SyncCaptchaQueue,
+    TaskSpec,
+    TimedOut,
+)
+
+pytestmark = pytest.mark.slow
+TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
+RECAPTCHA = {"googlekey": "6LeAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "pageurl": "https://example.com"}
+
+
+@pytest.fixture
+async def q(stack: Any) -> AsyncIterator[CaptchaQueue]:
+    async with CaptchaQueue.from_url(stack.redis_url) as queue:
+        yield queue
+
+
+async def test_submit_then_result_is_typed_with_timings(q: CaptchaQueue) -> None:
+    task_id = await q.submit("turnstile", TURNSTILE)
+    outcome = await q.result(task_id, timeout=30)
+    assert isinstance(outcome, Solved) and outcome.id == task_id
+    assert outcome.solution.startswith("0.") and outcome.kind == "turnstile" and outcome.attempts == 1
+    assert outcome.queued_s is not None and outcome.solving_s is not None and outcome.total_s is not None
+    assert 0 < outcome.solving_s <= outcome.total_s
+    age = outcome.token_age()
+    assert age is not None and 0 <= age < 5
+    assert outcome.expires_in() is not None and outcome.expires_in() < 300
+
+
+async def test_solve_and_params_with_names_python_cannot_spell(q: CaptchaQueue) -> None:
+    outcome = await q.solve("userrecaptcha", {**RECAPTCHA, "enterprise": "1", "data-s": "abc"}, timeout=60)
+    assert isinstance(outcome, Solved) and outcome.user_agent
+
+
+async def test_as_completed_streams_in_completion_order(q: CaptchaQueue) -> None:
+    slow = await q.submit("userrecaptcha", RECAPTCHA)  # ~3 s at speed 20
+    fast = await q.submit("turnstile", TURNSTILE)  # ~0.6 s
+    order = [o.id async for o in q.as_completed([slow, fast], timeout=60)]
+    assert order == [fast, slow]
+
+
+async def test_many_concurrent_waiters_share_one_connection(q: CaptchaQueue, stack: Any) -> None:
+    ids = await q.submit_many([TaskSpec("turnstile", TURNSTILE) for _ in range(300)])
+    waiters = [asyncio.ensure_future(q.result(i, timeout=120)) for i in ids]
+    await asyncio.sleep(0.5)
+    admin = Redis.from_url(stack.redis_url, decode_responses=True)
+    clients = await admin.client_list()
+    await admin.aclose()
+    mine = [c for c in clients if c.get("name") == f"captcha-producer-{q.producer_id}"]
+    outcomes = await asyncio.gather(*waiters)
+    assert all(isinstance(o, Solved) for o in outcomes)
+    assert len({o.id for o in outcomes}) == 300
+    assert 1 <= len(mine) <= 2, f"300 waiters must not need 300 connections: {len(mine)}"
+
+
+async def test_a_result_is_readable_after_its_notification_expired(q: CaptchaQueue, stack: Any) -> None:
+    task_id = await q.submit("turnstile", TURNSTILE)
+    assert isinstance(await q.result(task_id, timeout=30), Solved)
+    admin = Redis.from_url(stack.redis_url, decode_responses=True)
+    await admin.delete(q.keys.reply(q.producer_id))
+    await admin.aclose()
+    async with CaptchaQueue.from_url(stack.redis_url) as other:  # a restarted producer process
+        again = await other.result(task_id, timeout=1)
+    assert isinstance(again, Solved) and again.id == task_id
+
+
+async def test_waiting_longer_than_allowed_is_timed_out(q: CaptchaQueue) -> None:
+    started = time.monotonic()
+    assert isinstance(await q.result("no-such-task", timeout=0.3), TimedOut)
+    assert time.monotonic() - started < 2
+    slow = await q.submit("cloudflare_challenge", {"pageurl": "https://e.com", "proxy": "u:p@10.0.0.1:3128",
+                                                    "proxytype": "HTTP"})  # ~4.5 s at speed 20
+    outcome = await q.result(slow, timeout=0.5)
+    assert isinstance(outcome, TimedOut) and outcome.waited_s >= 0.5
+    assert isinstance(await q.result(slow, timeout=60), Solved), "timing out a wait does not cancel the task"
+
+
+async def test_deadline_and_priority(q: CaptchaQueue) -> None:
+    expired = await q.submit("turnstile", TURNSTILE, deadline=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.01))
+    await asyncio.sleep(0.05)
+    outcome = await q.result(expired, timeout=30)
+    assert isinstance(outcome, Expired | Solved)  # a free worker may have been quicker than 10 ms
+    if isinstance(outcome, Expired):
+        assert outcome.code in {"DEADLINE_PASSED"}
+    with pytest.raises(ValueError, match="timezone-aware"):
+        await q.submit("turnstile", TURNSTILE, deadline=dt.datetime.now())  # noqa: DTZ005
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        await q.submit("turnstile", TURNSTILE, deadline=-1)
+
+
+async def test_bad_arguments_fail_fast_with_the_workers_reason(q: CaptchaQueue) -> None:
+    with pytest.raises(InvalidTask, match="unknown method 'recaptcha'") as info:
+        await q.submit("recaptcha", TURNSTILE)
+    assert info.value.code == "UNKNOWN_METHOD"
+    with pytest.raises(InvalidTask, match="missing required param 'pageurl'"):
+        await q.submit("turnstile", {"sitekey": "x"})
+    with pytest.raises(InvalidTask, match="hCaptcha is not solved by CaptchaAI"):
+        await q.submit("hcaptcha", {"sitekey": "x", "pageurl": "u"})
+    with pytest.raises(InvalidTask, match="over the limit"):
+        await q.submit("base64", {"body": "A" * 2_000_000})
+
+
+async def test_unreachable_redis_is_a_clear_error_without_the_password() -> None:
+    with pytest.raises(QueueUnavailable) as info:
+        async with CaptchaQueue.from_url("redis://:hunter2@127.0.0.1:1/0"):
+            pass
+    assert "127.0.0.1:1" in str(info.value) and "hunter2" not in str(info.value)
+
+
+async def test_solve_retries_failures_with_backoff(q: CaptchaQueue, stack: Any) -> None:
+    stack.sim_config(faults={"unsolvable": 1.0})
+    try:
+        outcome = await q.solve("turnstile", TURNSTILE, timeout=60, retries=1, backoff_s=0.05)
+    finally:
+        stack.sim_config(faults={"unsolvable": 0.0})
+    assert isinstance(outcome, Failed) and outcome.code == "ERROR_CAPTCHA_UNSOLVABLE"
+    assert isinstance(await q.solve("turnstile", TURNSTILE, timeout=60, retries=1, backoff_s=0.05), Solved)
+
+
+def test_sync_wrapper(stack: Any) -> None:
+    with SyncCaptchaQueue(stack.redis_url) as q:
+        outcome = q.solve("turnstile", TURNSTILE, timeout=30)
+        assert isinstance(outcome, Solved)
+        ids = q.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(5)])
+        single = q.submit("turnstile", TURNSTILE)
+        assert isinstance(q.result(single, timeout=30), Solved)
+        assert sorted(o.id for o in q.results(ids, timeout=30)) == sorted(ids)
