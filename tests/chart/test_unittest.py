@@ -14,7 +14,7 @@ from .chartlib import CHART, HELMS, run, tool
 @pytest.mark.parametrize("helm", HELMS)
 def test_helm_unittest_suites(helm: str, helm_env: dict[str, str]) -> None:
     tool("helm-unittest")  # the plugin's command
-    proc = run([tool(helm), "unittest", "--strict", "--color=false", CHART], env=helm_env, check=False)
+    proc = run([tool(helm), "unittest", "--strict", CHART], env=helm_env, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     match = re.search(r"Tests:\s+(\d+) passed, (\d+) total", out)
@@ -33,7 +33,7 @@ def test_helm_unittest_detects_a_broken_chart(tmp_path: Path, helm_env: dict[str
     assert floor in text
     ceil = "{{- add1 (div (int .Values.captchaai.threads) (int .Values.worker.concurrency)) -}}"
     helpers.write_text(text.replace(floor, ceil))
-    proc = run([tool("helm-unittest"), "--color=false", "-f", "tests/thread_budget_test.yaml", chart],
+    proc = run([tool("helm-unittest"), "-f", "tests/thread_budget_test.yaml", chart],
                env=helm_env, check=False)
     assert proc.returncode != 0
     assert "rounds down" in proc.stdout
