@@ -37,20 +37,22 @@ free_port() {
 }
 
 # redis_start: a redis-server on a free port, registered in the cluster's pid dir so `cluster.sh down` stops it.
-# Sets REDIS_PORT.
+# Extra args go to redis-server (e.g. --requirepass PW, which rcli then uses). Sets REDIS_PORT.
 redis_start() {
   local st
   st=$(cluster_state)
   command -v redis-server >/dev/null || fail "redis-server not installed (scripts/install-tools.sh --only redis)"
   REDIS_PORT=$(free_port)
+  REDIS_AUTH=()
+  if [ "${1:-}" = --requirepass ]; then REDIS_AUTH=(-a "$2" --no-auth-warning); fi
   mkdir -p "$st/redis" "$st/pids" "$st/logs"
   setsid redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$st/redis" --save "" --appendonly no \
-    --logfile "$st/logs/redis.log" --daemonize no </dev/null >/dev/null 2>&1 &
+    --logfile "$st/logs/redis.log" --daemonize no "$@" </dev/null >/dev/null 2>&1 &
   echo $! > "$st/pids/redis.pid"
-  wait_until 10 "redis-server on :$REDIS_PORT" redis-cli -p "$REDIS_PORT" ping || fail "redis-server did not start"
+  wait_until 10 "redis-server on :$REDIS_PORT" rcli ping || fail "redis-server did not start"
   say "redis-server on 127.0.0.1:$REDIS_PORT (pid $(cat "$st/pids/redis.pid"))"
 }
-rcli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
+rcli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "${REDIS_AUTH[@]}" "$@"; }
 
 # deployment replicas (spec) as KEDA sets them
 spec_replicas() { kubectl -n "$1" get deploy "$2" -o jsonpath='{.spec.replicas}'; }
