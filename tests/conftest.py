@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import signal
-import sys
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -154,7 +154,7 @@ class Stack:
 
         req = urllib.request.Request(f"{self.sim_url}/_sim/config", data=json.dumps(patch).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - 127.0.0.1
+        with urllib.request.urlopen(req, timeout=5) as resp:
             assert resp.status == 200
 
 

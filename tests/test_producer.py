@@ -102,7 +102,7 @@ async def test_deadline_and_priority(q: CaptchaQueue) -> None:
     if isinstance(outcome, Expired):
         assert outcome.code in {"DEADLINE_PASSED"}
     with pytest.raises(ValueError, match="timezone-aware"):
-        await q.submit("turnstile", TURNSTILE, deadline=dt.datetime.now())  # noqa: DTZ005
+        await q.submit("turnstile", TURNSTILE, deadline=dt.datetime.now())
     with pytest.raises(ValueError, match="positive number of seconds"):
         await q.submit("turnstile", TURNSTILE, deadline=-1)
 

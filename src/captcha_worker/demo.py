@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -33,8 +34,7 @@ MIX: tuple[tuple[int, str, dict[str, str]], ...] = (
     (20, "userrecaptcha", {"googlekey": "6LeDemoGoogleKey_abcdefghijklmnopqrstuv", "pageurl": "https://example.com"}),
     (10, "userrecaptcha", {"googlekey": "6LeDemoGoogleKey_abcdefghijklmnopqrstuv", "pageurl": "https://example.com",
                            "version": "v3", "action": "login", "min_score": "0.7"}),
-    (20, "base64", {"body": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5"
-                            "ErkJggg==" * 8}),
+    (20, "base64", {"body": base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8).decode()}),
     (10, "geetest", {"gt": "022397c99c9f646f6477822485f30404", "challenge": "a66f31a53a4d6a2b5cbd3d2b8d7b1d0e",
                      "pageurl": "https://example.com/geetest"}),
 )
@@ -201,6 +201,7 @@ def summary(outcomes: list[Outcome], wall: float, sim: dict[str, Any], ns: argpa
         ("API calls / solve", f"{api_calls / max(1, len(solved)):.2f} (in.php + res.php, simulator count)"),
         ("max in flight", f"{sim.get('max_in_flight', '?')} of {ns.threads} plan threads "
                           f"({ns.workers} workers x {ns.concurrency} slots)"),
+        ("plan utilisation", f"{100 * float(sim.get('utilisation', 0)):.0f} % of thread-time busy while the demo ran"),
         ("over-cap rejections", str(sim.get("over_cap_rejections", "?"))),
         ("setup", f"{redis_kind}; simulator speed x{ns.speed:g}"),
     ]
