@@ -54,7 +54,8 @@ def test_dockerfile_shape() -> None:
     froms = [arg for op, arg in ins if op == "FROM"]
     assert len(froms) >= 2, "multi-stage build"
     assert re.search(r"ARG PYTHON_IMAGE=python:3\.12\.\d+-slim", DOCKERFILE.read_text()), "pinned slim Python base"
-    build_runs = " ".join(arg for op, arg in ins[: [op for op, _ in ins].index("FROM", 1) + 1] if op == "RUN")
+    from_at = [i for i, (op, _) in enumerate(ins) if op == "FROM"]
+    build_runs = " ".join(arg for op, arg in ins[from_at[0]:from_at[1]] if op == "RUN")
     assert "pip wheel --no-deps" in build_runs, "the wheel is built in the first stage"
     final = _final_stage()
     final_text = " ".join(f"{op} {arg}" for op, arg in final)
