@@ -1,0 +1,281 @@
+"""Shared plumbing for the benchmarks: processes we start (redis-server, simulator), statistics, machine facts,
+result files.
+
+Every benchmark starts its own redis-server (no persistence) on a free port and, when it needs one, its own
+simulator process, so nothing else on the machine shares them and a crash leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata as md
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+KEY = "0123456789abcdef0123456789abcdef"  # a well-formed key the simulator accepts
+ARQ_VENV = ROOT / ".venv" / "bench-arq"  # arq pins redis-py < 6, so it gets a venv of its own
+
+
+# -- small process helpers ----------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.02)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def stop_process(proc: subprocess.Popen[Any] | None, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    """Stop one process we started (by its own handle, never by name)."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(5)
+
+
+def python_env(**extra: str) -> dict[str, str]:
+    """The environment for a child Python of this repo: no inherited worker/redis settings, repo on the path."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CAPTCHAAI_", "REDIS_", "WORKER_", "QUEUE_", "API_TIME_SCALE", "METRICS_"))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class RedisServer:
+    """redis-server on a free port, no RDB, no AOF."""
+
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    _dir: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server, or make tools)")
+        self._dir = tempfile.TemporaryDirectory(prefix="captcha-bench-redis-")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self._dir.name, "--save", "",
+             "--appendonly", "no", "--protected-mode", "no", "--maxclients", "10000"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+        return self
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        self.proc = None
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def client(self) -> Any:
+        import redis
+
+        return redis.Redis(port=self.port, decode_responses=True)
+
+
+@dataclass
+class SimulatorProcess:
+    """`captcha-worker simulator` as a separate process (its CPU is never counted as the worker's)."""
+
+    args: Sequence[str] = ()
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> SimulatorProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "captcha_worker.cli", "simulator", "--port", str(self.port), *self.args],
+            env=python_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+        return self
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        self.proc = None
+
+    def __enter__(self) -> SimulatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.url}/_sim/stats", timeout=10) as resp:
+            data: dict[str, Any] = json.loads(resp.read())
+            return data
+
+    def reset(self) -> None:
+        req = urllib.request.Request(f"{self.url}/_sim/reset", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+
+
+# -- statistics ---------------------------------------------------------------------------------------------
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, q in 0..100."""
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    if len(xs) == 1:
+        return float(xs[0])
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+
+
+def summary(values: Sequence[float]) -> dict[str, Any]:
+    """Median and spread of repeated measurements (min, max, IQR) plus the raw runs."""
+    xs = [float(v) for v in values]
+    if not xs:
+        return {"median": None, "min": None, "max": None, "q1": None, "q3": None, "n": 0, "runs": []}
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "q1": percentile(xs, 25),
+            "q3": percentile(xs, 75), "n": len(xs), "runs": xs}
+
+
+# -- machine facts ------------------------------------------------------------------------------------------
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _mem_total_gib() -> float | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024 / 1024, 1)
+    return None
+
+
+def _cmd_out(cmd: Sequence[str]) -> str | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False).stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def arq_version() -> str | None:
+    py = ARQ_VENV / "bin" / "python"
+    if not py.exists():
+        return None
+    return _cmd_out([str(py), "-c", "import importlib.metadata as m; print(m.version('arq'), m.version('redis'))"])
+
+
+def machine_facts() -> dict[str, Any]:
+    redis_version = _cmd_out(["redis-server", "--version"]) or ""
+    rv = next((part.split("=", 1)[1] for part in redis_version.split() if part.startswith("v=")), redis_version)
+    arq = arq_version()
+    commit = _cmd_out(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    dirty = bool(_cmd_out(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"]))
+    return {
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "mem_total_gib": _mem_total_gib(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "redis_server": rv,
+        "packages": {
+            "captcha-solver": _version("captcha-solver"),
+            "redis-py": _version("redis"),
+            "hiredis": _version("hiredis"),
+            "aiohttp": _version("aiohttp"),
+            "saq": _version("saq"),
+            "arq": arq.split()[0] if arq else None,
+            "redis-py (arq venv)": arq.split()[1] if arq and len(arq.split()) > 1 else None,
+            "psutil": _version("psutil"),
+            "matplotlib": _version("matplotlib"),
+        },
+        "git_commit": commit,
+        "src_dirty": dirty,
+    }
+
+
+# -- results ------------------------------------------------------------------------------------------------
+def write_result(out_dir: Path, name: str, data: dict[str, Any], *, smoke: bool, started: float) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = {"benchmark": name, "smoke": smoke, "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "duration_s": round(time.monotonic() - started, 1), "machine": machine_facts(), **data}
+    path = out_dir / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def timer(label: str) -> Iterator[None]:
+    t = time.monotonic()
+    try:
+        yield
+    finally:
+        log(f"{label}: {time.monotonic() - t:.1f}s")
+
+
+def worker_env(redis_url: str, *, concurrency: int, threads: int, api_url: str = "http://127.0.0.1:9",
+               **extra: str) -> dict[str, str]:
+    """The environment `captcha-worker run` reads (docs/contracts.md), for a bench worker."""
+    env = python_env(REDIS_URL=redis_url, CAPTCHAAI_KEY=KEY, CAPTCHAAI_URL=api_url, CAPTCHAAI_THREADS=str(threads),
+                     WORKER_CONCURRENCY=str(concurrency), METRICS_PORT=str(free_port()),
+                     METRICS_HOST="127.0.0.1", DRAIN_GRACE_SECONDS="1")
+    env.update(extra)
+    return env
