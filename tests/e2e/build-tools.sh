@@ -7,7 +7,9 @@
 # Usage: tests/e2e/build-tools.sh [--force] [--check] [tool ...]
 #   --check   exit 0 if every tool is built and stamped with the pinned version, 1 otherwise (builds nothing)
 #   --force   rebuild even if stamped
-# Timings of every build go to .tools/e2e/logs/build-times.tsv (tool, seconds, cache state, date).
+# Timings of every build go to <tools dir>/logs/build-times.tsv (tool, seconds, cache state, date).
+# E2E_TOOLS_DIR overrides the tools dir (default .tools/e2e in the checkout), e.g. a machine-wide cache shared by
+# several checkouts: bin/, crds/, go/ (module + build caches) and logs/ all live there.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -17,7 +19,8 @@ K8S_VERSION=v1.35.4     # k8s.io/kubernetes; staging modules pinned to v0.35.4 i
 ETCD_VERSION=v3.6.16    # go.etcd.io/etcd/server/v3 (gomod/etcd/go.mod)
 KEDA_VERSION=v2.20.2    # github.com/kedacore/keda/v2 (built inside its module dir, honouring its replaces)
 
-TOOLS_DIR=$ROOT/.tools/e2e
+TOOLS_DIR=${E2E_TOOLS_DIR:-$ROOT/.tools/e2e}
+mkdir -p "$TOOLS_DIR" && TOOLS_DIR=$(cd "$TOOLS_DIR" && pwd)
 BIN=$TOOLS_DIR/bin
 LOGS=$TOOLS_DIR/logs
 CRDS=$TOOLS_DIR/crds

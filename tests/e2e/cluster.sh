@@ -13,13 +13,14 @@
 #        tests/e2e/cluster.sh status        pid / liveness of each component
 #        tests/e2e/cluster.sh logs [component] [lines]
 # E2E_CLUSTER=name selects an independent cluster (default "main"); its state lives in .tools/e2e/clusters/<name>/.
-# Binaries come from .tools/e2e/bin (tests/e2e/build-tools.sh). `up` tears down what it started if it fails.
+# Binaries come from ${E2E_TOOLS_DIR:-.tools/e2e}/bin (tests/e2e/build-tools.sh). `up` tears down what it started if it fails.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-BIN=$ROOT/.tools/e2e/bin
-CRDS=$ROOT/.tools/e2e/crds
+TOOLS_DIR=${E2E_TOOLS_DIR:-$ROOT/.tools/e2e}
+BIN=$TOOLS_DIR/bin
+CRDS=$TOOLS_DIR/crds
 NAME=${E2E_CLUSTER:-main}
 STATE=$ROOT/.tools/e2e/clusters/$NAME
 PKI=$STATE/pki

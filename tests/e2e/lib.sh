@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Helpers shared by the e2e scripts (sourced). Expects HERE (tests/e2e) to be set by the caller.
 ROOT=$(cd "$HERE/../.." && pwd)
-E2E_BIN=$ROOT/.tools/e2e/bin
+E2E_TOOLS_DIR=${E2E_TOOLS_DIR:-$ROOT/.tools/e2e}; mkdir -p "$E2E_TOOLS_DIR"; E2E_TOOLS_DIR=$(cd "$E2E_TOOLS_DIR" && pwd); export E2E_TOOLS_DIR
+E2E_BIN=$E2E_TOOLS_DIR/bin
 export PATH=$E2E_BIN:$ROOT/.tools/bin:$PATH
 
 say() { echo "e2e $(date +%T) $*"; }

@@ -19,7 +19,7 @@
 # crds.install) -- while the operator itself runs as a process (cluster.sh keda --no-crds).
 #
 # Env: E2E_HELMS="helm3 helm4" (which helms), E2E_KEEP=1 (leave the last cluster running for debugging),
-#      E2E_SKIP_BOOTSTRAP=1 (skip scenario 4). Timings: printed at the end and in .tools/e2e/results/timings.tsv.
+#      E2E_SKIP_BOOTSTRAP=1 (skip scenario 4), E2E_TOOLS_DIR (where build-tools.sh keeps the binaries). Timings: printed at the end and in .tools/e2e/results/timings.tsv.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
@@ -29,7 +29,7 @@ CHART_SRC=$ROOT/charts/captcha-solver
 VALUES=$ROOT/values-examples/e2e-local.yaml
 read -r -a HELMS <<< "${E2E_HELMS:-helm3 helm4}"
 RESULTS=$ROOT/.tools/e2e/results
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/captcha-e2e.XXXXXX")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/captcha-e2e.XXXXXX")   # chart copies, helm outputs (copied to results/helm)
 REDIS_PASSWORD=e2e-redis-pw-$RANDOM$RANDOM
 CLUSTERS_USED=()
 FAILED_NS=()
@@ -51,10 +51,8 @@ cleanup() {
   if [ $rc != 0 ]; then
     echo "e2e: FAILED (rc=$rc) after $((SECONDS - T0))s; state of cluster ${E2E_CLUSTER:-?}:" >&2
     dump_state "${FAILED_NS[@]}" 2>&1 | tail -250 >&2 || true
-    if [ -n "${E2E_CLUSTER:-}" ] && [ -d "$(cluster_state)/logs" ]; then
-      rm -rf "$RESULTS/failed-logs"; cp -r "$(cluster_state)/logs" "$RESULTS/failed-logs" 2>/dev/null || true
-      echo "e2e: component logs copied to ${RESULTS#"$ROOT"/}/failed-logs/" >&2
-    fi
+    save_logs
+    echo "e2e: component logs in ${RESULTS#"$ROOT"/}/logs/${E2E_CLUSTER:-}/" >&2
   fi
   for c in "${CLUSTERS_USED[@]}"; do
     if [ "${E2E_KEEP:-0}" = 1 ] && [ "$c" = "${E2E_CLUSTER:-}" ]; then
@@ -65,6 +63,7 @@ cleanup() {
     left+=$(E2E_CLUSTER=$c "$HERE/cluster.sh" pids 2>/dev/null || true)
   done
   if [ -n "$left" ]; then echo "e2e: stray processes left: $left" >&2; rc=1; fi
+  rm -rf "$RESULTS/helm"; mkdir -p "$RESULTS/helm"; cp "$WORK"/*.out "$WORK"/*.history "$RESULTS/helm/" 2>/dev/null || true
   rm -rf "$WORK"
   exit $rc
 }
@@ -80,7 +79,15 @@ new_cluster() {  # new_cluster NAME [--bare]
   use_cluster
   record "cluster-up($E2E_CLUSTER${1:+ $1})" $((SECONDS - s))
 }
+save_logs() {  # keep the component logs of the current cluster in the results dir
+  local c=${E2E_CLUSTER:-} st
+  [ -n "$c" ] || return 0
+  st=$(cluster_state)
+  [ -d "$st/logs" ] || return 0
+  rm -rf "$RESULTS/logs/$c"; mkdir -p "$RESULTS/logs"; cp -r "$st/logs" "$RESULTS/logs/$c" 2>/dev/null || true
+}
 end_cluster() {
+  save_logs
   [ "${E2E_KEEP:-0}" = 1 ] && return 0
   cluster down
 }
@@ -130,7 +137,7 @@ appVersion: $version
 kubeVersion: ">=v1.23.0-0"
 EOF
   printf 'crds:\n  install: true\n' > "$dir/values.yaml"
-  for f in "$ROOT"/.tools/e2e/crds/*.yaml; do
+  for f in "$E2E_TOOLS_DIR"/crds/*.yaml; do
     { echo '{{- if .Values.crds.install }}'; cat "$f"; echo '{{- end }}'; } > "$dir/templates/crds/crd-$(basename "$f")"
   done
 }
@@ -200,7 +207,10 @@ scenario4() {
   if kubectl get crd scaledobjects.keda.sh >/dev/null 2>&1; then fail "4a: the KEDA CRDs were applied after all"; fi
   [ "$(kubectl -n "$ns" get all,configmaps,secrets -o name 2>/dev/null | grep -cv 'kube-root-ca\|^$' || true)" = 0 ] \
     || { kubectl -n "$ns" get all,configmaps,secrets >&2; fail "4a: objects were applied although the install failed"; }
-  say "4a: nothing was applied (no CRDs, no objects); releases: $("$helm" list -a -n "$ns" -q | tr '\n' ' ')"
+  local recorded
+  recorded=$("$helm" list --all -n "$ns" -q 2>/dev/null || "$helm" list -n "$ns" -q)   # helm 4 has no --all
+  [ -z "$recorded" ] || fail "4a: a release was recorded although nothing was applied: $recorded"
+  say "4a: nothing was applied (no CRDs, no objects) and no release was recorded"
   check_readme_quote "$out"
 
   # 4b: chart alone (KEDA not installed at all)
@@ -375,6 +385,17 @@ for h in "${HELMS[@]}"; do
   scenario3 "$h" "e2e-$h" "e2e-$h" "q$h"
 done
 FAILED_NS=()
+save_logs
+
+say "== warnings the API server sent to helm, and KEDA operator errors (all clusters)"
+api_warn='warnings\.go|level=WARN|^W[0-9]{4} |^Warning: '
+grep -hE "$api_warn" "$WORK"/*.out | sort | uniq -c | sed 's/^/   /' || true
+grep -qhE "$api_warn" "$WORK"/*.out || say "no API server warnings in any helm output"
+for f in "$RESULTS"/logs/*/keda.log; do
+  n=$(grep -c 'ERROR' "$f" || true)
+  say "$(basename "$(dirname "$f")")/keda.log: $n ERROR lines"
+  grep 'ERROR' "$f" | sed -E 's/^[^ ]+ +//' | cut -c1-220 | sort | uniq -c | sort -rn | head -5 | sed 's/^/   /' || true
+done
 
 say "== summary (${RESULTS#"$ROOT"/}/timings.tsv)"
 awk -F'\t' '{printf "   %-34s %7ss  %s\n", $1, $2, $3}' "$RESULTS/timings.tsv"
