@@ -12,6 +12,7 @@
 #        tests/e2e/cluster.sh env           print `export KUBECONFIG=...` lines (eval "$(tests/e2e/cluster.sh env)")
 #        tests/e2e/cluster.sh status        pid / liveness of each component
 #        tests/e2e/cluster.sh logs [component] [lines]
+# E2E_APISERVER_ARGS: extra kube-apiserver flags (word-split).
 # E2E_CLUSTER=name selects an independent cluster (default "main"); its state lives in .tools/e2e/clusters/<name>/.
 # Binaries come from ${E2E_TOOLS_DIR:-.tools/e2e}/bin (tests/e2e/build-tools.sh). `up` tears down what it started if it fails.
 set -euo pipefail
@@ -190,7 +191,11 @@ cmd_up() {
     stop_all || true
   fi
   rm -rf "$STATE"; mkdir -p "$STATE" "$LOGS" "$PIDS"
-  trap 'rc=$?; log "up failed (rc=$rc); tearing down"; stop_all || true; exit $rc' ERR INT TERM
+  # any failure (die/exit, a failing command under set -e, Ctrl-C) tears down what was started
+  UP_DONE=0
+  trap 'rc=$?; if [ "$UP_DONE" != 1 ]; then log "up failed (rc=$rc); tearing down"; stop_all || true; fi; exit $rc' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
   local t0=$SECONDS
   gen_pki
   local etcd_port peer_port api_port
@@ -213,7 +218,7 @@ cmd_up() {
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
     --authorization-mode=RBAC --endpoint-reconciler-type=none --profiling=false \
-    --v=1
+    --v=1 ${E2E_APISERVER_ARGS:-}
   wait_http kube-apiserver "https://127.0.0.1:$api_port/readyz" 120 \
     --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key"
   write_kubeconfig "$api_port"
@@ -234,7 +239,8 @@ cmd_up() {
   log "kube-controller-manager running"
 
   [ $bare = 1 ] || start_keda
-  trap - ERR INT TERM
+  UP_DONE=1
+  trap - EXIT INT TERM
   log "cluster up in $((SECONDS - t0))s; KUBECONFIG=$KUBECONFIG_FILE"
 }
 
