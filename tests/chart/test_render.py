@@ -196,3 +196,23 @@ def test_examples_are_documented_in_readme() -> None:
     readme = (CHART / "README.md").read_text()
     for path in sorted(EXAMPLES.glob("*.yaml")):
         assert f"values-examples/{path.name}" in readme, f"README: describe {path.name}"
+
+
+def test_dashboard_placeholder_is_importable_json() -> None:
+    import json
+
+    dash = json.loads((CHART / "dashboards" / "captcha-solver.json").read_text())
+    assert dash["uid"] == "captcha-solver"
+    assert "__inputs" not in dash, "provisioned dashboards must not need an import step"
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    for panel in dash["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}"
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_prometheus_rules_render(helm: str, renderings: dict[tuple[str, str], Rendering]) -> None:
+    rule = renderings[(helm, "production")].one("PrometheusRule")
+    rules = rule["spec"]["groups"][0]["rules"]
+    assert rules and all("alert" in r and "expr" in r for r in rules)
+    assert "{{" not in yaml.safe_dump(rule).replace("{{ $labels", ""), "template syntax left in the rules"
