@@ -23,7 +23,9 @@
 # Go builds use GOPATH/GOMODCACHE/GOCACHE under .tools/go (git-ignored), so a second run is a no-op: each built
 # tool has a stamp .tools/stamps/<tool> holding its pinned module@version and is rebuilt only when the pin changes.
 # Built binaries are also kept in ~/.cache/captcha-solver-tools (INSTALL_TOOLS_SHARED_CACHE; empty disables it), so
-# a fresh clone on the same machine (CI) copies them instead of rebuilding (~12 min cold on 2 cores).
+# a fresh clone on the same machine (CI) copies them instead of rebuilding. Measured cold on 2 cores (empty .tools/):
+# helm3 186s, helm4 339s, kubeconform 7s, helm-unittest 137s, helm-docs 15s, pytools 60s (45s with pip's cache):
+# about 12.5 min; a second run takes ~5s, a fresh clone with the shared cache ~50s.
 # A tool that cannot be had fails the script with the reason; nothing is skipped silently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
