@@ -70,24 +70,22 @@ def redis_server() -> Iterator[RedisServer]:
             server.stop()
 
 
+async def _client(kind: str, server: RedisServer) -> Redis:
+    if kind == "fakeredis":
+        import fakeredis
+
+        return fakeredis.FakeAsyncRedis(decode_responses=True)
+    if server.proc is None or server.proc.poll() is not None:
+        server.start()  # a test restarted or stopped it
+    client = Redis.from_url(server.url, decode_responses=True)
+    await client.flushall()
+    return client
+
+
 @pytest.fixture
 async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     """A client of the real server, on a clean database."""
-    if redis_server.proc is None or redis_server.proc.poll() is not None:
-        redis_server.start()
-    client = Redis.from_url(redis_server.url, decode_responses=True)
-    await client.flushall()
-    try:
-        yield client
-    finally:
-        await client.aclose()
-
-
-@pytest.fixture
-async def fake_redis() -> AsyncIterator[Redis]:
-    import fakeredis
-
-    client = fakeredis.FakeAsyncRedis(decode_responses=True)
+    client = await _client("redis-server", redis_server)
     try:
         yield client
     finally:
@@ -97,15 +95,7 @@ async def fake_redis() -> AsyncIterator[Redis]:
 @pytest.fixture(params=["fakeredis", "redis-server"])
 async def any_redis(request: pytest.FixtureRequest, redis_server: RedisServer) -> AsyncIterator[Redis]:
     """The same test against fakeredis and against the real redis-server."""
-    if request.param == "fakeredis":
-        import fakeredis
-
-        client: Redis = fakeredis.FakeAsyncRedis(decode_responses=True)
-    else:
-        if redis_server.proc is None or redis_server.proc.poll() is not None:
-            redis_server.start()
-        client = Redis.from_url(redis_server.url, decode_responses=True)
-        await client.flushall()
+    client = await _client(request.param, redis_server)
     try:
         yield client
     finally:

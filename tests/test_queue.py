@@ -211,7 +211,8 @@ async def test_budget_never_grants_more_than_the_limit(q: Queue) -> None:
                                      for w in range(3)))
     assert sum(len(g) for g in granted) == 12
     assert await q.heartbeat("w0") == (12, 1)
-    await q.budget_release(granted[0][:2])
+    holder = next(g for g in granted if len(g) >= 2)  # which caller ran first is up to the server
+    await q.budget_release(holder[:2])
     again = await q.budget_acquire(["w9:0", "w9:1", "w9:2"], limit=12, lease_s=30)
     assert len(again) == 2
 
