@@ -8,6 +8,9 @@
 #   --check   exit 0 if every tool is built and stamped with the pinned version, 1 otherwise (builds nothing)
 #   --force   rebuild even if stamped
 # Timings of every build go to <tools dir>/logs/build-times.tsv (tool, seconds, cache state, date).
+# Built binaries are also kept in a machine-wide cache, ~/.cache/captcha-solver-tools/e2e (E2E_SHARED_CACHE; empty
+# disables it), one copy per tool@version+go.mod hash, so a fresh clone on the same machine (CI) copies them in
+# seconds instead of compiling for ~20 minutes. `--check` counts a tool found there as available.
 # E2E_TOOLS_DIR overrides the tools dir (default .tools/e2e in the checkout), e.g. a machine-wide cache shared by
 # several checkouts: bin/, crds/, go/ (module + build caches) and logs/ all live there.
 set -euo pipefail
@@ -30,6 +33,7 @@ export GOFLAGS=-modcacherw   # so `rm -rf .tools` works
 export CGO_ENABLED=0
 export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
 NICE=(nice -n 19)
+SHARED_CACHE=${E2E_SHARED_CACHE-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/captcha-solver-tools/e2e}
 
 ALL_TOOLS=(etcd kube-apiserver kube-controller-manager kubectl keda keda-crds)
 force=0 check=0 want=()
@@ -68,10 +72,43 @@ is_built() {
   if [ "$t" = keda-crds ]; then [ -f "$CRDS/keda.sh_scaledobjects.yaml" ]; else [ -x "$BIN/$t" ]; fi
 }
 
+shared_entry() {  # path of a tool in the shared cache
+  local c
+  c=$(stamp_content "$1")
+  echo "$SHARED_CACHE/$(echo "$c" | awk '{print $1 "@" $2 ($3 == "" ? "" : "-" $3)}')"
+}
+in_shared() { [ -n "$SHARED_CACHE" ] && [ -e "$(shared_entry "$1")" ]; }
+from_shared() {  # copy a tool from the shared cache into the tools dir and stamp it
+  local t=$1 src
+  src=$(shared_entry "$t")
+  if [ "$t" = keda-crds ]; then
+    rm -f "$CRDS"/*.yaml; cp "$src"/*.yaml "$CRDS"/
+  else
+    cp -f "$src" "$BIN/$t.tmp" && chmod +x "$BIN/$t.tmp" && mv -f "$BIN/$t.tmp" "$BIN/$t"
+  fi
+  stamp_content "$t" > "$(stamp_file "$t")"
+}
+to_shared() {  # store a freshly built tool in the shared cache (best effort)
+  local t=$1 dst
+  [ -n "$SHARED_CACHE" ] || return 0
+  dst=$(shared_entry "$t")
+  mkdir -p "$SHARED_CACHE" 2>/dev/null || return 0
+  rm -rf "$dst.tmp"
+  if [ "$t" = keda-crds ]; then
+    mkdir -p "$dst.tmp" && cp "$CRDS"/*.yaml "$dst.tmp"/
+  else
+    cp -f "$BIN/$t" "$dst.tmp"
+  fi && rm -rf "$dst" && mv -f "$dst.tmp" "$dst" \
+    && echo "build-tools: stored $t in the shared cache ${dst}" \
+    || echo "build-tools: could not store $t in the shared cache (a fresh clone rebuilds it)"
+}
+
 if [ $check = 1 ]; then
   rc=0
   for t in "${want[@]}"; do
-    if is_built "$t"; then echo "ok      $t $(version_of "$t")"; else echo "missing $t $(version_of "$t")"; rc=1; fi
+    if is_built "$t"; then echo "ok      $t $(version_of "$t")"
+    elif in_shared "$t"; then echo "cached  $t $(version_of "$t") (shared cache $(shared_entry "$t"))"
+    else echo "missing $t $(version_of "$t")"; rc=1; fi
   done
   exit $rc
 fi
@@ -137,6 +174,12 @@ for t in "${want[@]}"; do
   version_of "$t" >/dev/null
   if [ $force = 0 ] && is_built "$t"; then
     echo "build-tools: $t $(version_of "$t") already built (stamp $(stamp_file "$t"))"
+    in_shared "$t" || [ -z "$SHARED_CACHE" ] || to_shared "$t"
+    continue
+  fi
+  if [ $force = 0 ] && in_shared "$t"; then
+    from_shared "$t"
+    echo "build-tools: $t $(version_of "$t") copied from the shared cache $(shared_entry "$t")"
     continue
   fi
   state=$(cache_state)
@@ -151,5 +194,6 @@ for t in "${want[@]}"; do
   secs=$(awk -v s="$s" -v e="$e" 'BEGIN{printf "%.1f", e-s}')
   printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$secs" "$state" "$(date -u +%FT%TZ)" "$(go env GOVERSION)" >> "$LOGS/build-times.tsv"
   echo "build-tools: built $t in ${secs}s"
+  to_shared "$t"
 done
 echo "build-tools: done in $(( $(date +%s) - total_start ))s; binaries in ${BIN#"$ROOT"/}"
