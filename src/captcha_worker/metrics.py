@@ -24,6 +24,8 @@ POLL_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 40)
 
 OUTCOMES = ("solved", "error", "expired", "dead_lettered", "duplicate", "released")
 RETRY_CLASSES = ("capacity", "transient", "unsolvable", "requeue")
+#: the fatal API codes (captchaai's FATAL class), pre-created so an alert's increase() sees the first one
+FATAL_CODES = ("ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "IP_BANNED", "ERROR_IP_NOT_ALLOWED")
 
 #: result codes kept as label values; everything else is reported as OTHER
 KNOWN_CODES = frozenset({
@@ -35,6 +37,7 @@ KNOWN_CODES = frozenset({
     "ERROR_IMAGE_DIMENSIONS_TOO_LARGE", "ERROR_BAD_PROXY", "ERROR_PROXY_CONNECTION_FAILED",
     "ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR", "ERROR_WRONG_ID_FORMAT", "ERROR_WRONG_CAPTCHA_ID",
     "ERROR_EMPTY_ACTION", "HTTP_429", "HTTP_5XX", "HTTP_4XX", "NON_JSON", "TIMEOUT", "CONNECTION_ERROR",
+    "ERROR_IP_NOT_ALLOWED",
 })
 
 
@@ -97,7 +100,7 @@ def init(*, concurrency: int, budget_limit: int, monthly_price: float) -> None:
     CONCURRENCY.set(concurrency)
     BUDGET_LIMIT.set(budget_limit)
     PLAN_MONTHLY_PRICE.set(monthly_price)
-    for kind in methods.KIND_NAMES:
+    for kind in (*methods.KIND_NAMES, "unknown"):  # unknown: tasks settled before their kind was known
         for outcome in OUTCOMES:
             TASKS.labels(kind, outcome)
     for cls in RETRY_CLASSES:
@@ -106,6 +109,8 @@ def init(*, concurrency: int, budget_limit: int, monthly_price: float) -> None:
         QUEUE_DEPTH.labels(state)
     for reason in ("expired", "orphaned"):
         LEASES_REAPED.labels(reason)
+    for code in FATAL_CODES:
+        FATAL_ERRORS.labels(code)
 
 
 class ProbeServer:
