@@ -1,0 +1,351 @@
+"""P4 API calls per solve and the latency each poll schedule adds, ours vs the seed's fixed 5 s polling.
+
+Monte-Carlo: solve times are drawn with the simulator's own code (``SimConfig().latency_for(kind).sample``, the
+clipped normal of ``methods.KINDS``) and replayed against
+
+* ours: ``captchaai.PollSchedule(kind)`` — the worker's real schedule object (first poll, interval, 10 % jitter),
+  read from the code, so the figures follow whatever ``methods.py`` says today;
+* seed: ``in.php``, then ``res.php`` every 5 s.
+
+calls = 1 (in.php) + polls until the first poll at or after the solve time; added latency = that poll's time −
+the solve time (when the worker learns the answer vs when it was ready).  Mixes: each kind alone and an equal
+mix of the three.
+
+Search: for each kind the best (first_poll_s, poll_interval_s) pair on a grid (deterministic model with the
+mean jitter), and the optimal poll *sequence* for the distribution (dynamic programming over poll times:
+minimum expected calls for a given mean added latency) — the bound any schedule can reach.
+
+Real run: the simulator (separate process, ``--speed S``) and one ``captcha-worker run`` (API_TIME_SCALE=S)
+solve a batch of each kind; calls per solve come from the results and the simulator's counters, the mean added
+latency from the worker's solve time (first in.php → answer received) minus the simulator's true mean solve
+time (busy thread-seconds ÷ tasks: exact, because nothing queues).  The seed worker
+(``bench/seed_baseline.py``, 5 s ÷ S polling) runs the same batches.  Durations are scaled back by S.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import dataclasses
+import math
+import random
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from bench.common import ROOT, RedisServer, SimulatorProcess, log, percentile, python_env, stop_process, summary
+from bench.common import worker_env as _worker_env
+
+KINDS = ("turnstile", "recaptcha_v2", "image")
+SEED_INTERVAL_S = 5.0
+PARAMS = {
+    "turnstile": ("turnstile", {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}),
+    "recaptcha_v2": ("userrecaptcha", {"googlekey": "6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-",
+                                       "pageurl": "https://example.com/login"}),
+    "image": ("base64", {"body": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAAB"
+                                 "JRU5ErkJggg=="}),
+}
+
+
+def _kind(name: str) -> Any:
+    from captcha_worker import methods
+
+    return methods.by_name(name)
+
+
+def _latency(name: str) -> Any:
+    from captcha_worker.simulator import SimConfig
+
+    return SimConfig().latency_for(_kind(name))
+
+
+def sample_latencies(name: str, n: int, rng: random.Random) -> list[float]:
+    lat = _latency(name)
+    return [lat.sample(rng) for _ in range(n)]
+
+
+# -- replaying schedules ------------------------------------------------------------------------------------
+def replay_ours(kind: Any, latencies: list[float]) -> tuple[list[int], list[float]]:
+    """The worker's PollSchedule (with its jitter) against each solve time."""
+    from captcha_worker.captchaai import PollSchedule
+
+    calls, added = [], []
+    for x in latencies:
+        sched = PollSchedule(kind)
+        t, n = 0.0, 0
+        while True:
+            t += sched.delay(n)
+            n += 1
+            if t >= x:
+                break
+        calls.append(1 + n)
+        added.append(t - x)
+    return calls, added
+
+
+def replay_fixed(latencies: list[float], first: float, interval: float) -> tuple[list[int], list[float]]:
+    calls, added = [], []
+    for x in latencies:
+        k = 0 if x <= first else math.ceil((x - first) / interval)
+        calls.append(2 + k)
+        added.append(first + k * interval - x)
+    return calls, added
+
+
+def _describe(calls: list[int], added: list[float]) -> dict[str, float]:
+    return {"calls_mean": statistics.fmean(calls), "added_mean_s": statistics.fmean(added),
+            "added_p50_s": percentile(added, 50), "added_p95_s": percentile(added, 95)}
+
+
+# -- best (first, interval) on a grid -----------------------------------------------------------------------
+def grid_search(name: str, xs: list[float], seed_calls: float, seed_added: float,
+                jitter: float = 1.05) -> dict[str, Any]:
+    """Best (first_poll_s, poll_interval_s) pairs for three goals, on a 0.25 s grid, with every delay stretched
+    by the schedule's mean jitter (the code adds 0-10 %)."""
+    import numpy as np
+
+    arr = np.asarray(xs, dtype=float)
+    lat = _latency(name)
+    top = lat.mean_s + 2 * lat.stddev_s
+    best: dict[str, tuple[float, float, float, float] | None] = {
+        "fewest_calls_with_added_le_1s": None, "fewest_calls_with_added_le_seed": None,
+        "least_added_with_calls_le_0_6x_seed": None}
+    for first in (0.25 * i for i in range(1, int(top / 0.25) + 1)):
+        f = first * jitter
+        over = np.maximum(arr - f, 0.0)
+        for interval in (0.25 * i for i in range(2, 41)):
+            step = interval * jitter
+            k = np.ceil(over / step)
+            c = float(2.0 + k.mean())
+            a = float((f + k * step - arr).mean())
+            cand = (c, a, first, interval)
+            for goal, ok, better in (
+                    ("fewest_calls_with_added_le_1s", a <= 1.0, 0),
+                    ("fewest_calls_with_added_le_seed", a <= seed_added, 0),
+                    ("least_added_with_calls_le_0_6x_seed", c <= 0.6 * seed_calls, 1)):
+                cur = best[goal]
+                if ok and (cur is None or cand[better] < cur[better]):
+                    best[goal] = cand
+    return {goal: None if b is None else {"first_poll_s": b[2], "poll_interval_s": b[3], "calls_mean": b[0],
+                                          "added_mean_s": b[1]} for goal, b in best.items()}
+
+
+# -- optimal poll sequence (dynamic programming) ------------------------------------------------------------
+def optimal_sequence(xs: list[float], lam: float, dt: float = 0.1) -> tuple[list[float], float, float]:
+    """Poll times minimising E[calls] + lam * E[added] for the empirical distribution xs (backward induction:
+    V(s) = min over the next poll t > s of P(X > s) + lam * E[(t - X); s < X <= t] + V(t))."""
+    import numpy as np
+
+    arr = np.sort(np.asarray(xs, dtype=float))
+    m = math.ceil(float(arr[-1]) / dt) + 1
+    grid = np.arange(m + 1) * dt
+    idx = np.searchsorted(arr, grid + 1e-12, side="right")  # how many samples are <= t
+    csum = np.concatenate(([0.0], np.cumsum(arr)))
+    F = idx / len(arr)
+    G = csum[idx] / len(arr)
+    V = np.zeros(m + 1)
+    nxt = np.full(m + 1, m)
+    for s in range(m - 1, -1, -1):
+        surv = 1.0 - F[s]
+        if surv <= 0:
+            continue
+        t = np.arange(s + 1, m + 1)
+        cost = surv + lam * (grid[t] * (F[t] - F[s]) - (G[t] - G[s])) + V[t]
+        k = int(np.argmin(cost))
+        V[s], nxt[s] = cost[k], t[k]
+    polls, s = [], 0
+    while s < m and 1.0 - F[s] > 0:
+        s = int(nxt[s])
+        polls.append(float(grid[s]))
+    calls, added = replay_sequence(list(arr), polls)
+    return polls, calls, added
+
+
+def replay_sequence(xs: list[float], polls: list[float]) -> tuple[float, float]:
+    calls = added = 0.0
+    for x in xs:
+        i = bisect.bisect_left(polls, x)
+        i = min(i, len(polls) - 1)
+        calls += 2 + i
+        added += max(0.0, polls[i] - x)
+    return calls / len(xs), added / len(xs)
+
+
+def optimal_for_budget(xs: list[float], *, max_added: float | None = None,
+                       max_calls: float | None = None) -> dict[str, Any] | None:
+    """The optimal sequence with mean added ≤ max_added (fewest calls), or with mean calls ≤ max_calls (least
+    added), by bisection on the Lagrange multiplier (a larger multiplier buys latency with calls)."""
+    lo, hi = 0.005, 200.0
+    best: tuple[list[float], float, float] | None = None
+    for _ in range(20):
+        lam = math.sqrt(lo * hi)
+        polls, calls, added = optimal_sequence(xs, lam, dt=0.1)
+        ok = added <= max_added if max_added is not None else calls <= (max_calls or 0.0)
+        if ok:
+            best = (polls, calls, added)
+        if (max_added is not None) == ok:
+            hi = lam
+        else:
+            lo = lam
+    if best is None:
+        return None
+    polls, calls, added = best
+    return {"calls_mean": calls, "added_mean_s": added, "polls_s": [round(p, 1) for p in polls]}
+
+
+# -- Monte-Carlo --------------------------------------------------------------------------------------------
+def monte_carlo(samples: int, seed: int, with_search: bool) -> dict[str, Any]:
+    rng = random.Random(seed)
+    per_kind: dict[str, Any] = {}
+    mix: dict[str, dict[str, list[float]]] = {"ours": {"calls": [], "added": []}, "seed": {"calls": [], "added": []}}
+    for name in KINDS:
+        kind = _kind(name)
+        xs = sample_latencies(name, samples, rng)
+        oc, oa = replay_ours(kind, xs)
+        sc, sa = replay_fixed(xs, SEED_INTERVAL_S, SEED_INTERVAL_S)
+        mix["ours"]["calls"] += oc
+        mix["ours"]["added"] += oa
+        mix["seed"]["calls"] += sc
+        mix["seed"]["added"] += sa
+        ours, seed_ = _describe(oc, oa), _describe(sc, sa)
+        entry: dict[str, Any] = {
+            "latency": str(_latency(name)),
+            "schedule": {"first_poll_s": kind.first_poll_s, "poll_interval_s": kind.poll_interval_s,
+                         "jitter": "each delay x (1 + 0.1 U)"},
+            "ours": ours, "seed": seed_,
+            "calls_ratio": ours["calls_mean"] / seed_["calls_mean"],
+            "added_vs_seed_s": ours["added_mean_s"] - seed_["added_mean_s"],
+        }
+        entry["meets_target"] = entry["calls_ratio"] <= 0.6 and ours["added_mean_s"] <= 1.0
+        if with_search:
+            entry["grid_best"] = grid_search(name, xs, seed_["calls_mean"], seed_["added_mean_s"])
+            entry["optimal_sequence"] = {
+                "fewest_calls_with_added_le_1s": optimal_for_budget(xs, max_added=1.0),
+                "fewest_calls_with_added_le_seed": optimal_for_budget(xs, max_added=seed_["added_mean_s"]),
+                "least_added_with_calls_le_0_6x_seed": optimal_for_budget(xs, max_calls=0.6 * seed_["calls_mean"]),
+            }
+            for label, pick in entry["grid_best"].items():
+                if pick is not None:  # re-check the pick through the real PollSchedule (with its jitter)
+                    k2 = dataclasses.replace(kind, first_poll_s=pick["first_poll_s"],
+                                             poll_interval_s=pick["poll_interval_s"])
+                    pick["checked_with_poll_schedule"] = _describe(*replay_ours(k2, xs))
+                    pick["calls_ratio"] = pick["checked_with_poll_schedule"]["calls_mean"] / seed_["calls_mean"]
+                    entry["grid_best"][label] = pick
+        per_kind[name] = entry
+    ours_mix = _describe([int(c) for c in mix["ours"]["calls"]], mix["ours"]["added"])
+    seed_mix = _describe([int(c) for c in mix["seed"]["calls"]], mix["seed"]["added"])
+    return {
+        "samples_per_kind": samples,
+        "kinds": per_kind,
+        "mix_equal_thirds": {"ours": ours_mix, "seed": seed_mix,
+                             "calls_ratio": ours_mix["calls_mean"] / seed_mix["calls_mean"],
+                             "added_vs_seed_s": ours_mix["added_mean_s"] - seed_mix["added_mean_s"],
+                             "meets_target": ours_mix["calls_mean"] / seed_mix["calls_mean"] <= 0.6
+                             and ours_mix["added_mean_s"] <= 1.0},
+    }
+
+
+# -- real run -----------------------------------------------------------------------------------------------
+async def _ours_batch(url: str, name: str, n: int) -> list[dict[str, float]]:
+    from captcha_worker.client import CaptchaQueue, Solved
+
+    method, params = PARAMS[name]
+    rows = []
+    async with CaptchaQueue.from_url(url) as q:
+        ids = await q.submit_many([{"method": method, "params": params} for _ in range(n)])
+        async for outcome in q.as_completed(ids, timeout=600):
+            if isinstance(outcome, Solved) and outcome.timings.started_at and outcome.timings.solved_at:
+                rows.append({"calls": outcome.api_calls,
+                             "solve_s": outcome.timings.solved_at - outcome.timings.started_at})
+    return rows
+
+
+def _seed_batch(url: str, name: str, n: int, timeout: float) -> list[dict[str, float]]:
+    from bench.seed_baseline import SeedQueue
+
+    method, params = PARAMS[name]
+    q = SeedQueue(url)
+    ids = [q.submit(method, params) for _ in range(n)]
+    deadline = time.monotonic() + timeout
+    rows: dict[str, dict[str, float]] = {}
+    while len(rows) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+        for tid in ids:
+            if tid not in rows:
+                res = q.get_result(tid)
+                if res and res.get("status") == "solved":
+                    rows[tid] = {"calls": res["api_calls"], "solve_s": res["solved_at"] - res["started_at"]}
+    return list(rows.values())
+
+
+def real_run(*, speed: float, n: int, reps: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"speed": speed, "tasks_per_kind": n, "repetitions": reps, "kinds": {}}
+    lat_args = [a for name in KINDS for a in ("--latency", f"{name}={_latency(name)}")]
+    acc: dict[str, dict[str, dict[str, list[float]]]] = {
+        name: {s: {"calls": [], "added_mean_s": [], "sim_calls": []} for s in ("ours", "seed")} for name in KINDS}
+    with RedisServer() as rs, SimulatorProcess(["--threads", "100000", "--speed", str(speed), *lat_args]) as sim:
+        r = rs.client()
+        for rep in range(reps):
+            for system in ("ours", "seed"):
+                r.flushall()
+                if system == "ours":
+                    env = _worker_env(rs.url, concurrency=n, threads=n, api_url=sim.url, API_TIME_SCALE=str(speed),
+                                      THREADSINFO_INTERVAL_SECONDS="3600")
+                    proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], env=env, cwd=ROOT,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    deadline = time.monotonic() + 20
+                    while r.zcard("{captcha}:budget") < n and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                else:
+                    proc = subprocess.Popen([sys.executable, "-m", "bench.seed_baseline", "worker", "--redis-url",
+                                             rs.url, "--api-url", sim.url, "--key", "0123456789abcdef0123456789abcdef",
+                                             "--threads", str(n), "--time-scale", str(speed)],
+                                            env=python_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL)
+                    time.sleep(1.0)
+                try:
+                    for name in KINDS:
+                        time.sleep(0.3)
+                        sim.reset()
+                        if system == "ours":
+                            rows = asyncio.run(_ours_batch(rs.url, name, n))
+                        else:
+                            rows = _seed_batch(rs.url, name, n, timeout=300)
+                        st = sim.stats()
+                        true_mean = st["busy_thread_seconds"] / max(1, st["submitted"])  # exact: nothing queued
+                        sim_calls = (st["calls"]["in.php"] + st["res_actions"]["get"]) / max(1, st["solved"])
+                        worker_mean = statistics.fmean(row["solve_s"] for row in rows) if rows else float("nan")
+                        a = acc[name][system]
+                        a["calls"].append(statistics.fmean(row["calls"] for row in rows) if rows else float("nan"))
+                        a["sim_calls"].append(sim_calls)
+                        a["added_mean_s"].append((worker_mean - true_mean) * speed)
+                        log(f"P4 real rep {rep + 1}/{reps} {system} {name}: {a['calls'][-1]:.2f} calls/solve "
+                            f"(simulator {sim_calls:.2f}), added {a['added_mean_s'][-1]:.2f} s "
+                            f"({len(rows)}/{n} solved)")
+                finally:
+                    stop_process(proc)
+    for name in KINDS:
+        out["kinds"][name] = {s: {k: summary(v) for k, v in acc[name][s].items()} for s in ("ours", "seed")}
+        o, s = out["kinds"][name]["ours"], out["kinds"][name]["seed"]
+        out["kinds"][name]["calls_ratio"] = o["calls"]["median"] / s["calls"]["median"]
+    return out
+
+
+def run(*, samples: int, seed: int, speed: float, real_n: int, real_reps: int, search: bool) -> dict[str, Any]:
+    t = time.monotonic()
+    mc = monte_carlo(samples, seed, with_search=search)
+    log(f"P4 Monte-Carlo ({samples}/kind) in {time.monotonic() - t:.1f}s: " + ", ".join(
+        f"{k} ratio {v['calls_ratio']:.2f} added {v['ours']['added_mean_s']:.2f}s"
+        for k, v in mc["kinds"].items()))
+    real = real_run(speed=speed, n=real_n, reps=real_reps) if real_reps > 0 else None
+    return {
+        "params": {"kinds": list(KINDS), "seed_interval_s": SEED_INTERVAL_S, "mc_seed": seed,
+                   "latency_source": "captcha_worker.simulator.SimConfig().latency_for(kind) (methods table)",
+                   "schedule_source": "captcha_worker.captchaai.PollSchedule(kind) (methods table)"},
+        "monte_carlo": mc,
+        "real_run": real,
+        "targets": {"p4_calls_le_0_6x_seed_and_added_le_1s_mix": mc["mix_equal_thirds"]["meets_target"],
+                    "per_kind": {k: v["meets_target"] for k, v in mc["kinds"].items()}},
+    }

@@ -1,0 +1,106 @@
+"""`python -m bench.run --smoke`: every benchmark runs end to end at toy sizes and writes its JSON file with the
+expected keys. No timing is asserted (figures from a smoke run mean nothing)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, redis_server_binary
+
+SUMMARY = {"median", "min", "max", "n", "runs"}
+COMMON = {"benchmark", "smoke", "generated_at", "duration_s", "machine", "params", "targets"}
+MACHINE = {"cpu_model", "cpu_count", "python", "redis_server", "packages", "git_commit"}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    redis_server_binary()
+    out = tmp_path_factory.mktemp("bench-smoke")
+    proc = subprocess.run([sys.executable, "-m", "bench.run", "--smoke", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=280, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
+def load(results: Path, name: str) -> dict:
+    path = results / f"{name}.json"
+    assert path.exists(), f"{name}.json was not written"
+    data = json.loads(path.read_text())
+    assert COMMON <= data.keys(), COMMON - data.keys()
+    assert MACHINE <= data["machine"].keys()
+    assert data["smoke"] is True
+    assert data["benchmark"] == name
+    return data
+
+
+def test_p1_queue_overhead(results: Path) -> None:
+    d = load(results, "p1_queue_overhead")
+    assert SUMMARY <= d["throughput_tasks_per_s"]["ours"].keys()
+    ours = d["per_task"]["ours"]
+    for key in ("commands_per_task", "round_trips_per_task", "cpu_us_per_task", "redis_cpu_us_per_task"):
+        assert SUMMARY <= ours[key].keys()
+    assert "evalsha" in ours["by_command"]
+    assert {"ours_submit_many", "ours_submit"} <= d["submit_tasks_per_s"].keys()
+    assert {"ceiling_tasks_per_s", "redis_benchmark_rps", "ratios"} <= d.keys()
+    if shutil.which("redis-benchmark"):
+        assert "EVALSHA" in d["redis_benchmark_rps"]
+    assert {"p1_ours_ge_2x_best_tuned_peer", "submit_many_ge_10x_saq_enqueue"} <= d["targets"].keys()
+
+
+def test_p2_capacity(results: Path) -> None:
+    d = load(results, "p2_capacity")
+    level = d["levels"][0]
+    for key in ("cores", "rss_mib", "simulator_cores", "sim_in_flight", "processing"):
+        assert SUMMARY <= level[key].keys()
+    assert {"level", "sustained", "api_requests_per_s", "windows"} <= level.keys()
+    assert "p2_ge_1000_in_flight_le_0_25_core_le_150_mib" in d["targets"]
+
+
+def test_p3_latency(results: Path) -> None:
+    d = load(results, "p3_latency")
+    for system in ("ours", "seed"):
+        for phase in ("pickup", "delivery"):
+            for stat in ("p50_ms", "p99_ms", "mean_ms"):
+                assert SUMMARY <= d[system][phase][stat].keys()
+            assert {"p50_ms", "p99_ms", "samples"} <= d[system]["pooled"][phase].keys()
+    assert {"pickup_to_claimed", "claimed_to_solve"} <= d["ours"].keys()
+    assert "p3_ours_p99_le_5ms_both_ways" in d["targets"]
+
+
+def test_p4_polling(results: Path) -> None:
+    d = load(results, "p4_polling")
+    mc = d["monte_carlo"]
+    for kind in ("turnstile", "recaptcha_v2", "image"):
+        k = mc["kinds"][kind]
+        for system in ("ours", "seed"):
+            assert {"calls_mean", "added_mean_s", "added_p95_s"} <= k[system].keys()
+        assert {"calls_ratio", "grid_best", "optimal_sequence", "schedule"} <= k.keys()
+        real = d["real_run"]["kinds"][kind]
+        assert SUMMARY <= real["ours"]["calls"].keys()
+        assert SUMMARY <= real["seed"]["added_mean_s"].keys()
+    assert {"calls_ratio", "meets_target"} <= mc["mix_equal_thirds"].keys()
+
+
+def test_p5_utilisation(results: Path) -> None:
+    d = load(results, "p5_utilisation")
+    for key in ("at_cap_fraction", "utilisation", "over_cap_rejections", "max_in_flight"):
+        assert SUMMARY <= d[key].keys()
+    assert d["runs"][-1]["series"], "the last run keeps its in-flight time series for the plot"
+    assert {"p5_at_cap_ge_98pct", "p5_zero_over_cap"} <= d["targets"].keys()
+
+
+def test_report_renders_from_smoke_results(results: Path, tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    shutil.copy(ROOT / "docs" / "benchmarks.md", doc)
+    proc = subprocess.run([sys.executable, "-m", "bench.report", "--results", str(results), "--doc", str(doc)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    text = doc.read_text()
+    assert "_no results yet" not in text
+    for block in ("machine", "summary", "p1", "p2", "p3", "p4", "p5"):
+        assert f"<!-- BEGIN GENERATED: {block} -->" in text
