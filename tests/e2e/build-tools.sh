@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the e2e control-plane tools from the Go module proxy, once, into .tools/e2e/bin/:
-#   etcd, kube-apiserver, kube-controller-manager, kubectl, keda (operator), plus the KEDA CRDs (.tools/e2e/crds/).
+#   etcd, kube-apiserver, kube-controller-manager, kubectl, keda (operator), keda-webhooks (admission webhooks),
+#   plus the KEDA CRDs (.tools/e2e/crds/) and KEDA's ValidatingWebhookConfiguration (.tools/e2e/keda-webhooks.yaml).
 # Go's module and build caches live under .tools/e2e/go/ (apart from install-tools.sh's .tools/go) so a rebuild after a version bump is fast.
 # Each tool gets a stamp file (.tools/e2e/bin/.<tool>.stamp) holding its version; a rerun skips stamped tools.
 #
@@ -35,7 +36,8 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
 NICE=(nice -n 19)
 SHARED_CACHE=${E2E_SHARED_CACHE-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/captcha-solver-tools/e2e}
 
-ALL_TOOLS=(etcd kube-apiserver kube-controller-manager kubectl keda keda-crds)
+ALL_TOOLS=(etcd kube-apiserver kube-controller-manager kubectl keda keda-webhooks keda-crds)
+WEBHOOKS_YAML=$TOOLS_DIR/keda-webhooks.yaml
 force=0 check=0 want=()
 for a in "$@"; do
   case $a in
@@ -51,7 +53,7 @@ version_of() {
   case $1 in
     etcd) echo "$ETCD_VERSION" ;;
     kube-apiserver|kube-controller-manager|kubectl) echo "$K8S_VERSION" ;;
-    keda|keda-crds) echo "$KEDA_VERSION" ;;
+    keda|keda-webhooks|keda-crds) echo "$KEDA_VERSION" ;;
     *) echo "unknown tool $1" >&2; return 1 ;;
   esac
 }
@@ -61,6 +63,7 @@ stamp_content() {
   case $t in
     etcd) extra=$(cat "$HERE/gomod/etcd/go.mod" "$HERE/gomod/etcd/go.sum" | sha256sum | cut -c1-16) ;;
     kube-*|kubectl) extra=$(cat "$HERE/gomod/k8s/go.mod" "$HERE/gomod/k8s/go.sum" | sha256sum | cut -c1-16) ;;
+    keda-crds) extra=with-webhooks ;;   # layout: crds/*.yaml + keda-webhooks.yaml
   esac
   echo "$t $(version_of "$t") $extra"
 }
@@ -69,7 +72,7 @@ is_built() {
   local t=$1 f
   f=$(stamp_file "$t")
   [ -f "$f" ] && [ "$(cat "$f")" = "$(stamp_content "$t")" ] || return 1
-  if [ "$t" = keda-crds ]; then [ -f "$CRDS/keda.sh_scaledobjects.yaml" ]; else [ -x "$BIN/$t" ]; fi
+  if [ "$t" = keda-crds ]; then [ -f "$CRDS/keda.sh_scaledobjects.yaml" ] && [ -f "$WEBHOOKS_YAML" ]; else [ -x "$BIN/$t" ]; fi
 }
 
 shared_entry() {  # path of a tool in the shared cache
@@ -82,7 +85,7 @@ from_shared() {  # copy a tool from the shared cache into the tools dir and stam
   local t=$1 src
   src=$(shared_entry "$t")
   if [ "$t" = keda-crds ]; then
-    rm -f "$CRDS"/*.yaml; cp "$src"/*.yaml "$CRDS"/
+    rm -f "$CRDS"/*.yaml; cp "$src"/crds/*.yaml "$CRDS"/; cp "$src"/keda-webhooks.yaml "$WEBHOOKS_YAML"
   else
     cp -f "$src" "$BIN/$t.tmp" && chmod +x "$BIN/$t.tmp" && mv -f "$BIN/$t.tmp" "$BIN/$t"
   fi
@@ -95,7 +98,7 @@ to_shared() {  # store a freshly built tool in the shared cache (best effort)
   mkdir -p "$SHARED_CACHE" 2>/dev/null || return 0
   rm -rf "$dst.tmp"
   if [ "$t" = keda-crds ]; then
-    mkdir -p "$dst.tmp" && cp "$CRDS"/*.yaml "$dst.tmp"/
+    mkdir -p "$dst.tmp/crds" && cp "$CRDS"/*.yaml "$dst.tmp/crds/" && cp "$WEBHOOKS_YAML" "$dst.tmp/"
   else
     cp -f "$BIN/$t" "$dst.tmp"
   fi && rm -rf "$dst" && mv -f "$dst.tmp" "$dst" \
@@ -155,12 +158,20 @@ build_one() {
         -ldflags "-s -w -X=github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v} -X=github.com/kedacore/keda/v2/version.GitCommit=module-proxy" \
         -o "$out.tmp" ./cmd/operator)
       ;;
+    keda-webhooks)
+      local dir
+      dir=$(cd /tmp && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+      (cd "$dir" && "${NICE[@]}" go build -trimpath \
+        -ldflags "-s -w -X=github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v} -X=github.com/kedacore/keda/v2/version.GitCommit=module-proxy" \
+        -o "$out.tmp" ./cmd/webhooks)
+      ;;
     keda-crds)
       local dir
       dir=$(cd /tmp && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
       rm -f "$CRDS"/*.yaml
       cp "$dir"/config/crd/bases/*.yaml "$CRDS"/
-      chmod 644 "$CRDS"/*.yaml
+      cp "$dir"/config/webhooks/validation_webhooks.yaml "$WEBHOOKS_YAML"
+      chmod 644 "$CRDS"/*.yaml "$WEBHOOKS_YAML"
       stamp_content "$t" > "$(stamp_file "$t")"
       return 0
       ;;

@@ -2,7 +2,7 @@
 # A throw-away Kubernetes control plane made of plain processes on 127.0.0.1 (no containers, no kubelet):
 #   etcd -> kube-apiserver (generated certs, RBAC, admin client cert in system:masters)
 #        -> kube-controller-manager (deployment, replicaset, garbage-collector, namespace, serviceaccount controllers)
-#        -> KEDA CRDs + KEDA operator (out of cluster).
+#        -> KEDA CRDs + KEDA operator + KEDA admission webhooks (out of cluster; E2E_KEDA_WEBHOOKS=0: no webhooks).
 # Pods are created by the ReplicaSets but stay Pending: there is no scheduler and no node.
 #
 # Usage: tests/e2e/cluster.sh up [--bare]   start everything (--bare: no KEDA CRDs and no KEDA operator)
@@ -62,7 +62,7 @@ cluster_pids() {
 stop_all() {
   local f pg n
   # reverse start order: keda, kcm, apiserver, etcd (and anything else registered, e.g. redis)
-  for n in keda kube-controller-manager kube-apiserver etcd; do
+  for n in keda-webhooks keda kube-controller-manager kube-apiserver etcd; do
     f=$PIDS/$n.pid
     [ -f "$f" ] || continue
     pg=$(cat "$f")
@@ -176,6 +176,35 @@ start_keda() {  # start_keda [--no-crds]
     --metrics-service-bind-address="127.0.0.1:$gport" --zap-log-level=info --zap-encoder=console
   wait_http keda "http://127.0.0.1:$hport/readyz" 90
   log "KEDA operator ready (health :$hport, gRPC metrics service :$gport)"
+  [ "${E2E_KEDA_WEBHOOKS:-1}" = 1 ] && start_keda_webhooks
+  return 0
+}
+
+# KEDA's admission webhooks (cmd/webhooks) as a process, registered with KEDA's own ValidatingWebhookConfiguration
+# rewritten to call https://127.0.0.1:<port>/<path> with our CA, and failurePolicy Fail (KEDA ships Ignore) so that
+# a rejection -- or an unreachable webhook -- fails the request instead of passing silently.
+start_keda_webhooks() {
+  [ -x "$BIN/keda-webhooks" ] || die "$BIN/keda-webhooks missing: run tests/e2e/build-tools.sh"
+  local wport whport
+  wport=$(free_port); whport=$(free_port)
+  echo "KEDA_WEBHOOK_PORT=$wport" >> "$STATE/ports"
+  # note: controller-runtime's webhook server takes no bind host from flags; it listens on all interfaces
+  start_proc keda-webhooks env KEDA_CLUSTER_OBJECT_NAMESPACE="$KEDA_NS" POD_NAMESPACE="$KEDA_NS" \
+    KUBECONFIG="$KUBECONFIG_FILE" \
+    "$BIN/keda-webhooks" --cert-dir="$PKI/keda-certs" --port="$wport" \
+    --metrics-bind-address=0 --health-probe-bind-address="127.0.0.1:$whport" --zap-log-level=info --zap-encoder=console
+  wait_http keda-webhooks "http://127.0.0.1:$whport/readyz" 60
+  python3 - "$TOOLS_DIR/keda-webhooks.yaml" "$wport" "$PKI/ca.crt" > "$STATE/keda-webhooks.yaml" <<'PY'
+import base64, re, sys
+text, port, ca = open(sys.argv[1]).read(), sys.argv[2], base64.b64encode(open(sys.argv[3], "rb").read()).decode()
+pat = re.compile(r"^([ ]*)service:\n\s*name: [^\n]*\n\s*namespace: [^\n]*\n\s*path: ([^\n]*)\n", re.M)
+text, n = pat.subn(lambda m: f"{m.group(1)}url: https://127.0.0.1:{port}{m.group(2)}\n{m.group(1)}caBundle: {ca}\n", text)
+assert n >= 3, f"rewrote only {n} webhooks"
+text = text.replace("failurePolicy: Ignore", "failurePolicy: Fail")
+sys.stdout.write(text)
+PY
+  kc apply -f "$STATE/keda-webhooks.yaml" >/dev/null
+  log "KEDA admission webhooks ready on :$wport (ValidatingWebhookConfiguration keda-admission, failurePolicy Fail)"
 }
 
 cmd_up() {
@@ -246,7 +275,7 @@ cmd_up() {
 
 cmd_status() {
   local n
-  for n in etcd kube-apiserver kube-controller-manager keda; do
+  for n in etcd kube-apiserver kube-controller-manager keda keda-webhooks; do
     if alive "$n"; then echo "$n running pid $(cat "$PIDS/$n.pid")"; else echo "$n not running"; fi
   done
 }

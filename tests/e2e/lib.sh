@@ -77,7 +77,7 @@ dump_state() {  # dump_state [namespace...]
     kubectl -n "$ns" get events --sort-by=.lastTimestamp >&2 2>&1 | tail -30 || true
   done
   "$HERE/cluster.sh" status >&2 2>&1 || true
-  for c in keda kube-controller-manager kube-apiserver redis; do
+  for c in keda keda-webhooks kube-controller-manager kube-apiserver redis; do
     [ -f "$st/logs/$c.log" ] || continue
     echo "--- $c log (tail)" >&2
     tail -40 "$st/logs/$c.log" >&2

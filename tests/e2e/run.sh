@@ -289,6 +289,18 @@ scenario1() {  # scenario1 HELM REL NS QUEUE
   local ready_msg
   ready_msg=$(so_field "$ns" "$so" '{.status.conditions[?(@.type=="Ready")].message}')
   say "1: ScaledObject status: Ready ($ready_msg), triggers: $(so_field "$ns" "$so" '{.status.externalMetricNames}')"
+  if kubectl get validatingwebhookconfiguration keda-admission >/dev/null 2>&1; then
+    # the chart's objects passed KEDA's admission webhooks (failurePolicy Fail); prove the webhook really validates
+    local dup
+    if dup=$(printf '%s\n' "apiVersion: keda.sh/v1alpha1" "kind: ScaledObject" \
+          "metadata: {name: e2e-duplicate, namespace: $ns}" "spec:" "  scaleTargetRef: {name: $so}" \
+          "  triggers: [{type: redis, metadata: {address: \"127.0.0.1:$REDIS_PORT\", listName: \"{$q}:pending\"}}]" \
+          | kubectl -n "$ns" create -f - 2>&1); then
+      fail "1: KEDA's webhook accepted a second ScaledObject for $so"
+    fi
+    grep -q 'denied the request' <<<"$dup" || fail "1: unexpected error for a duplicate ScaledObject: $dup"
+    say "1: ScaledObject + TriggerAuthentication passed KEDA's admission webhooks; a duplicate ScaledObject is denied: ${dup#*denied the request: }"
+  fi
 }
 
 scenario2() {  # scenario2 HELM REL NS QUEUE
@@ -397,9 +409,10 @@ say "== warnings the API server sent to helm, and KEDA operator errors (all clus
 api_warn='warnings\.go|level=WARN|^W[0-9]{4} |^Warning: '
 grep -hE "$api_warn" "$WORK"/*.out | sort | uniq -c | sed 's/^/   /' || true
 grep -qhE "$api_warn" "$WORK"/*.out || say "no API server warnings in any helm output"
-for f in "$RESULTS"/logs/*/keda.log; do
+for f in "$RESULTS"/logs/*/keda.log "$RESULTS"/logs/*/keda-webhooks.log; do
+  [ -f "$f" ] || continue
   n=$(grep -c 'ERROR' "$f" || true)
-  say "$(basename "$(dirname "$f")")/keda.log: $n ERROR lines"
+  say "$(basename "$(dirname "$f")")/$(basename "$f"): $n ERROR lines"
   grep 'ERROR' "$f" | sed -E 's/^[^ ]+ +//' | cut -c1-220 | sort | uniq -c | sort -rn | head -5 | sed 's/^/   /' || true
 done
 
