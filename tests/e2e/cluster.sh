@@ -44,7 +44,7 @@ kc() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 start_proc() {
   local name=$1; shift
   mkdir -p "$LOGS" "$PIDS"
-  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+  setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
   echo $! > "$PIDS/$name.pid"
   log "started $name (pid $!)"
 }

@@ -48,7 +48,7 @@ redis_start() {
   if [ "${1:-}" = --requirepass ]; then REDIS_AUTH=(-a "$2" --no-auth-warning); fi
   mkdir -p "$st/redis" "$st/pids" "$st/logs"
   setsid redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$st/redis" --save "" --appendonly no \
-    --logfile "$st/logs/redis.log" --daemonize no "$@" </dev/null >/dev/null 2>&1 &
+    --logfile "$st/logs/redis.log" --daemonize no "$@" </dev/null >/dev/null 2>&1 9>&- &
   echo $! > "$st/pids/redis.pid"
   wait_until 10 "redis-server on :$REDIS_PORT" rcli ping || fail "redis-server did not start"
   say "redis-server on 127.0.0.1:$REDIS_PORT (pid $(cat "$st/pids/redis.pid"))"

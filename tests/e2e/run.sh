@@ -35,6 +35,9 @@ CLUSTERS_USED=()
 FAILED_NS=()
 T0=$SECONDS
 mkdir -p "$RESULTS"
+# one run per checkout at a time (cluster names and results are per checkout)
+exec 9>"$RESULTS/.run.lock"
+flock -n 9 || fail "another tests/e2e/run.sh is running in this checkout"
 : > "$RESULTS/timings.tsv"
 
 # Helm with its own empty config/cache/data (never the user's).
@@ -193,12 +196,13 @@ scenario4() {
   kubectl get crd scaledobjects.keda.sh >/dev/null 2>&1 && fail "bare cluster already has the KEDA CRDs"
 
   # 4a: subchart (CRDs as templates) + ScaledObject in one release
-  rel=boot; ns=e2e-boot
+  rel=boot-$helm; ns=e2e-boot
   FAILED_NS=("$ns")
   # shellcheck disable=SC2046
   if helm_install "$helm" "$rel" "$ns" "$CHART_SUB" $(common_sets boot) --set keda.install=true --set keda.enabled=true; then
     cat "$WORK/$rel.out"; fail "4a: install of KEDA subchart + ScaledObject on a bare cluster unexpectedly succeeded"
   fi
+  cp "$WORK/$rel.out" "$WORK/$rel.4a-error.out"
   out=$(cat "$WORK/$rel.out")
   say "4a ($helm, keda.install=true keda.enabled=true) failed as expected:"
   sed 's/^/      | /' "$WORK/$rel.out"
@@ -215,11 +219,11 @@ scenario4() {
 
   # 4b: chart alone (KEDA not installed at all)
   # shellcheck disable=SC2046
-  if helm_install "$helm" boot-nokeda "$ns" "$CHART_NODEP" $(common_sets boot); then
+  if helm_install "$helm" "nokeda-$helm" "$ns" "$CHART_NODEP" $(common_sets boot); then
     fail "4b: install with keda.enabled=true on a cluster without KEDA CRDs unexpectedly succeeded"
   fi
-  say "4b ($helm, no KEDA, keda.enabled=true default) failed as expected: $(grep -m1 'Error' "$WORK/boot-nokeda.out")"
-  grep -q 'no matches for kind "ScaledObject"' "$WORK/boot-nokeda.out" || { cat "$WORK/boot-nokeda.out"; fail "4b: unexpected error"; }
+  say "4b ($helm, no KEDA, keda.enabled=true default) failed as expected: $(grep -m1 'Error' "$WORK/nokeda-$helm.out")"
+  grep -q 'no matches for kind "ScaledObject"' "$WORK/nokeda-$helm.out" || { cat "$WORK/nokeda-$helm.out"; fail "4b: unexpected error"; }
 
   # 4c: the documented two-step path
   local s=$SECONDS
