@@ -8,6 +8,8 @@
 # Usage: tests/e2e/build-tools.sh [--force] [--check] [tool ...]
 #   --check   exit 0 if every tool is built and stamped with the pinned version, 1 otherwise (builds nothing)
 #   --force   rebuild even if stamped
+#   --regen   rewrite the wrapper modules gomod/k8s and gomod/etcd for the pinned versions below (after a bump),
+#             then build
 # Timings of every build go to <tools dir>/logs/build-times.tsv (tool, seconds, cache state, date).
 # Built binaries are also kept in a machine-wide cache, ~/.cache/captcha-solver-tools/e2e (E2E_SHARED_CACHE; empty
 # disables it), one copy per tool@version+go.mod hash, so a fresh clone on the same machine (CI) copies them in
@@ -38,11 +40,12 @@ SHARED_CACHE=${E2E_SHARED_CACHE-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/
 
 ALL_TOOLS=(etcd kube-apiserver kube-controller-manager kubectl keda keda-webhooks keda-crds)
 WEBHOOKS_YAML=$TOOLS_DIR/keda-webhooks.yaml
-force=0 check=0 want=()
+force=0 check=0 regen=0 want=()
 for a in "$@"; do
   case $a in
     --force) force=1 ;;
     --check) check=1 ;;
+    --regen) regen=1 ;;
     -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) want+=("$a") ;;
   esac
@@ -118,6 +121,38 @@ fi
 
 mkdir -p "$BIN" "$LOGS" "$CRDS" "$GOMODCACHE" "$GOCACHE"
 command -v go >/dev/null || { echo "build-tools: go not found on PATH" >&2; exit 2; }
+
+regen_modules() {
+  local kmod staging sv
+  kmod=$(cd /tmp && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  staging=$(grep -E '=> \./staging/' "$kmod" | awk '{print $1}')
+  sv=v0.${K8S_VERSION#v1.}
+  {
+    echo "// Wrapper module: builds kube-apiserver, kube-controller-manager and kubectl from k8s.io/kubernetes"
+    echo "// through the module proxy. k/k requires its staging repos at v0.0.0 with replace lines that only apply"
+    echo "// when k/k is the main module, so we pin each staging module to its published version here."
+    echo "// Regenerate: tests/e2e/build-tools.sh --regen (see that script)."
+    echo "module captcha-solver/e2e/k8s-tools"; echo
+    grep -E '^go ' "$kmod"; echo
+    grep -E '^godebug ' "$kmod" && echo
+    echo "replace ("
+    for m in $staging; do printf '\t%s => %s %s\n' "$m" "$m" "$sv"; done
+    echo ")"
+  } > "$HERE/gomod/k8s/go.mod"
+  rm -f "$HERE/gomod/k8s/go.sum"
+  (cd "$HERE/gomod/k8s" && go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION")
+  {
+    echo "// Wrapper module: builds etcd (go.etcd.io/etcd/server/v3) from the module proxy. Kept separate from the"
+    echo "// k8s wrapper so minimal version selection does not raise either side's pinned dependencies."
+    echo "module captcha-solver/e2e/etcd-tools"; echo
+    grep -E '^go ' "$(cd /tmp && go mod download -json "go.etcd.io/etcd/server/v3@$ETCD_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  } > "$HERE/gomod/etcd/go.mod"
+  rm -f "$HERE/gomod/etcd/go.sum"
+  (cd "$HERE/gomod/etcd" && go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
+  echo "build-tools: regenerated gomod/k8s ($K8S_VERSION, staging $sv) and gomod/etcd ($ETCD_VERSION)"
+}
+[ $regen = 0 ] || regen_modules
 
 cache_state() {  # rough description of the caches before a build, for the timing log
   local m c
