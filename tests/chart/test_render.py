@@ -198,7 +198,8 @@ def test_examples_are_documented_in_readme() -> None:
         assert f"values-examples/{path.name}" in readme, f"README: describe {path.name}"
 
 
-def test_dashboard_placeholder_is_importable_json() -> None:
+def test_dashboard_is_importable_json() -> None:
+    """Static shape only; tests/test_observability.py runs every query against a real Prometheus."""
     import json
 
     dash = json.loads((CHART / "dashboards" / "captcha-solver.json").read_text())
@@ -207,7 +208,8 @@ def test_dashboard_placeholder_is_importable_json() -> None:
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     for panel in dash["panels"]:
-        assert panel["datasource"]["uid"] == "${datasource}"
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${datasource}"
 
 
 @pytest.mark.parametrize("helm", HELMS)
@@ -215,4 +217,7 @@ def test_prometheus_rules_render(helm: str, renderings: dict[tuple[str, str], Re
     rule = renderings[(helm, "production")].one("PrometheusRule")
     rules = rule["spec"]["groups"][0]["rules"]
     assert rules and all("alert" in r and "expr" in r for r in rules)
-    assert "{{" not in yaml.safe_dump(rule).replace("{{ $labels", ""), "template syntax left in the rules"
+    # Prometheus' own templating ({{ $labels.x }}, {{ $value }}) is meant to stay; Helm's must be gone
+    text = re.sub(r"\{\{\s*\$(labels|value)\b", "", " ".join(yaml.safe_dump(rule, width=10**6).split()))
+    assert "{{" not in text, "template syntax left in the rules"
+    assert all(r["expr"].count("captcha_solver_") for r in rules)

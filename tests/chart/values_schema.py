@@ -26,6 +26,8 @@ STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 FREE_OBJECT = {"type": "object"}
 OBJECT_LIST = {"type": "array", "items": {"type": "object"}}
 DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"}
+PROM_DURATION = {"type": "string", "pattern": r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$"}  # a Prometheus rule's `for`
+SEVERITY = {"type": "string", "minLength": 1}
 INT_OR_PERCENT = {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^[0-9]+%$"}]}
 
 # Exact schemas for paths whose default does not say enough.
@@ -158,6 +160,26 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "prometheusRule.additionalLabels": STRING_MAP,
     "prometheusRule.annotations": STRING_MAP,
     "prometheusRule.rules": OBJECT_LIST,
+    "prometheusRule.runbookUrl": {"type": "string"},
+    "prometheusRule.selector": {"type": "string"},
+    "prometheusRule.alerts.planSaturated.for": PROM_DURATION,
+    "prometheusRule.alerts.planSaturated.severity": SEVERITY,
+    "prometheusRule.alerts.apiKeyRejected.for": PROM_DURATION,
+    "prometheusRule.alerts.apiKeyRejected.severity": SEVERITY,
+    "prometheusRule.alerts.noPlanCapacity.for": PROM_DURATION,
+    "prometheusRule.alerts.noPlanCapacity.severity": SEVERITY,
+    "prometheusRule.alerts.planThreadsMismatch.for": PROM_DURATION,
+    "prometheusRule.alerts.planThreadsMismatch.severity": SEVERITY,
+    "prometheusRule.alerts.deadLettersGrowing.for": PROM_DURATION,
+    "prometheusRule.alerts.deadLettersGrowing.severity": SEVERITY,
+    "prometheusRule.alerts.noWorkerReady.for": PROM_DURATION,
+    "prometheusRule.alerts.noWorkerReady.severity": SEVERITY,
+    "prometheusRule.alerts.leasesReaped.for": PROM_DURATION,
+    "prometheusRule.alerts.leasesReaped.severity": SEVERITY,
+    "prometheusRule.alerts.planSaturated.utilisation": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "prometheusRule.alerts.noPlanCapacity.ratio": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+    "prometheusRule.alerts.deadLettersGrowing.threshold": {"type": "number", "minimum": 0},
+    "prometheusRule.alerts.leasesReaped.threshold": {"type": "number", "minimum": 0},
 }
 
 # Objects that stay open to extra keys (with the reason).

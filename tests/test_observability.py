@@ -1,0 +1,770 @@
+"""Observability, proven against a real Prometheus.
+
+One module-scoped *lab* runs, side by side, six scenarios: each is one release as Prometheus sees it (its own
+`namespace` label, the `job` label a ServiceMonitor gives: the worker Service name), its own queue on one
+redis-server, its own `captcha-worker simulator` process (except `obs-dead`, which shares `obs-main`'s) and real
+`captcha-worker run` processes. Prometheus (the Debian package) scrapes the workers every second through file
+service discovery, relabelled the way prometheus-operator relabels a ServiceMonitor's targets, and evaluates the
+chart's alert rules every second. The rules are rendered with helm from the chart, once per scenario namespace,
+with values that shorten every `for:` to 5 s (`prometheusRule.alerts.<name>.for`); nothing else is changed.
+
+| namespace | what happens | must fire |
+|---|---|---|
+| obs-main | healthy: 2 workers, 10 threads, steady turnstile + reCAPTCHA load, 15 % unsolvable | nothing |
+| obs-fatal | the key is revoked mid-run (`/_sim/config` keys), tasks keep coming | ApiKeyRejected, NoWorkerReady |
+| obs-capacity | a 1-thread plan answering ERROR_ZERO_BALANCE, budget set to 6 | NoPlanCapacity, PlanThreadsMismatch |
+| obs-saturated | plan of 2 threads, tasks pushed faster than 2 threads solve them | PlanSaturated |
+| obs-dead | malformed / unsupported raw tasks | DeadLettersGrowing |
+| obs-reap | a worker holding 8 solves is SIGKILLed; its leases expire and are reaped | LeasesReaped |
+
+The dashboard's queries are evaluated for obs-main (variables substituted) through /api/v1/query. Run with -s to
+see the figures (time to fire per alert, query count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chart.chartlib import CRD_SCHEMAS, K8S_SCHEMA_VERSIONS, TOOLS, strip_dependencies, tool
+from helpers import KEY, ROOT, cli_env, free_port, wait_port
+from prometheus_client.parser import text_string_to_metric_families
+from redis.asyncio import Redis
+
+from captcha_worker import captchaai, metrics
+from captcha_worker.queue import Keys, Queue
+
+pytestmark = pytest.mark.slow
+
+CHART = ROOT / "charts" / "captcha-solver"
+DASHBOARD = CHART / "dashboards" / "captcha-solver.json"
+METRICS_DOC = ROOT / "docs" / "metrics.md"
+RELEASE = "cs"
+JOB = "cs-captcha-solver-worker"  # the worker Service name = the `job` label a ServiceMonitor gives
+OTHER_KEY = "fedcba9876543210fedcba9876543210"
+TEST_FOR = "5s"
+RATE_INTERVAL = "20s"  # $__rate_interval (Grafana: max(4 x scrape interval, $__interval + scrape interval))
+RANGE = "10m"  # $__range: longer than the whole lab run
+ALERT_VALUES = {  # alert name -> its key under prometheusRule.alerts
+    "CaptchaSolverPlanSaturated": "planSaturated",
+    "CaptchaSolverApiKeyRejected": "apiKeyRejected",
+    "CaptchaSolverNoPlanCapacity": "noPlanCapacity",
+    "CaptchaSolverPlanThreadsMismatch": "planThreadsMismatch",
+    "CaptchaSolverDeadLettersGrowing": "deadLettersGrowing",
+    "CaptchaSolverNoWorkerReady": "noWorkerReady",
+    "CaptchaSolverLeasesReaped": "leasesReaped",
+}
+# namespace -> (alerts that must fire, alerts that may also fire because the scenario really has that condition)
+EXPECTED: dict[str, tuple[set[str], set[str]]] = {
+    "obs-main": (set(), set()),
+    "obs-fatal": ({"CaptchaSolverApiKeyRejected", "CaptchaSolverNoWorkerReady"}, set()),
+    "obs-capacity": ({"CaptchaSolverNoPlanCapacity", "CaptchaSolverPlanThreadsMismatch"},
+                     {"CaptchaSolverPlanSaturated"}),  # 6 slots busy (backing off) with a backlog: it is saturated
+    "obs-saturated": ({"CaptchaSolverPlanSaturated"}, set()),
+    "obs-dead": ({"CaptchaSolverDeadLettersGrowing"}, set()),
+    "obs-reap": ({"CaptchaSolverLeasesReaped"}, set()),
+}
+TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
+RECAPTCHA = {"googlekey": "6LcR_okUAAAAAPYrPe-HK_0RULO1aZM15ENyM-Mf", "pageurl": "https://example.com/form"}
+
+
+# -- helpers ------------------------------------------------------------------------------------------------------
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text())
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, expr) for every target of every panel."""
+    return [(p["title"], t["expr"]) for p in dashboard()["panels"] for t in p.get("targets", [])]
+
+
+def substitute(expr: str, namespace: str, job: str = JOB) -> str:
+    return (expr.replace("$namespace", namespace).replace("$job", job)
+            .replace("$__rate_interval", RATE_INTERVAL).replace("$__range", RANGE))
+
+
+def metric_names(expr: str) -> set[str]:
+    return set(re.findall(r"\b(captcha_solver_[a-z_]+)", expr))
+
+
+def offline_chart(dest: Path) -> Path:
+    """A copy of the chart without the kedacore/keda dependency entry (it cannot be fetched offline)."""
+    chart = dest / "captcha-solver"
+    shutil.copytree(CHART, chart)
+    chart_yaml = chart / "Chart.yaml"
+    chart_yaml.write_text(strip_dependencies(chart_yaml.read_text()))
+    return chart
+
+
+def helm_template(chart: Path, *args: str, namespace: str = "captcha", release: str = RELEASE) -> str:
+    proc = subprocess.run([str(tool("helm3")), "template", release, str(chart), "--namespace", namespace, *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def rendered_rules(chart: Path, *sets: str, namespace: str = "captcha", release: str = RELEASE) -> list[dict[str, Any]]:
+    """The PrometheusRule's groups as helm renders them."""
+    args = ["--show-only", "templates/prometheusrule.yaml", "--set", "prometheusRule.enabled=true"]
+    for s in sets:  # --set-json for numbers: helm's --set passes 0.75 as a string
+        args += ["--set-json" if re.search(r"=[0-9.]+$", s) else "--set", s]
+    doc = yaml.safe_load(helm_template(chart, *args, namespace=namespace, release=release))
+    groups: list[dict[str, Any]] = doc["spec"]["groups"]
+    return groups
+
+
+def shortened_for() -> list[str]:
+    return [f"prometheusRule.alerts.{key}.for={TEST_FOR}" for key in ALERT_VALUES.values()]
+
+
+def task_body(task_id: str, method: str, params: dict[str, str]) -> str:
+    return json.dumps({"id": task_id, "method": method, "params": params, "submitted_at": time.time()})
+
+
+class PromAPI:
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str, **params: str) -> Any:
+        url = f"{self.base}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            body = json.loads(resp.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        data = urllib.parse.urlencode({"query": expr}).encode()
+        req = urllib.request.Request(f"{self.base}/api/v1/query", data=data, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                body = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"query rejected: {expr}\n{exc.read().decode()}") from None
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.base}/-/ready", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+
+def finite(result: list[dict[str, Any]]) -> bool:
+    return any(math.isfinite(float(r["value"][1])) for r in result)
+
+
+# -- the lab ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Proc:
+    name: str
+    proc: subprocess.Popen[bytes]
+    metrics_port: int | None = None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@dataclass
+class Lab:
+    dir: Path
+    redis_url: str
+    prom: PromAPI
+    procs: list[Proc] = field(default_factory=list)
+    sims: dict[str, str] = field(default_factory=dict)  # namespace -> simulator URL
+    events: dict[str, float] = field(default_factory=dict)  # what happened when (time.monotonic())
+    fired: dict[tuple[str, str], float] = field(default_factory=dict)  # (namespace, alert) -> first seen firing
+    main_metrics: str = ""
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
+        log = open(self.dir / f"{name}.log", "wb")  # closed below: the child keeps its copy
+        proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", *args], env=cli_env(**(env or {})),
+                                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        log.close()
+        p = Proc(name, proc)
+        self.procs.append(p)
+        return p
+
+    def simulator(self, namespace: str, *args: str) -> None:
+        port = free_port()
+        self.spawn(f"sim-{namespace}", ["simulator", "--port", str(port), "--speed", "20", "--seed", "7", *args])
+        self.sims[namespace] = f"http://127.0.0.1:{port}"
+
+    def worker(self, namespace: str, pod: str, sim: str, **env: str) -> Proc:
+        port = free_port()
+        full = {"REDIS_URL": self.redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": self.sims[sim],
+                "QUEUE_NAME": namespace, "API_TIME_SCALE": "20", "METRICS_HOST": "127.0.0.1",
+                "METRICS_PORT": str(port), "LOG_LEVEL": "info", **env}
+        p = self.spawn(f"{namespace}-{pod}", ["run"], full)
+        p.metrics_port = port
+        # what prometheus-operator's Kubernetes SD + ServiceMonitor relabelling would produce for this pod
+        target = [{"targets": [f"127.0.0.1:{port}"],
+                   "labels": {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_service_name": JOB,
+                              "__meta_kubernetes_pod_name": f"{JOB}-{pod}"}}]
+        tmp = self.dir / "targets" / f".{namespace}-{pod}.tmp"
+        tmp.write_text(json.dumps(target))
+        tmp.rename(self.dir / "targets" / f"{namespace}-{pod}.json")
+        return p
+
+    def sim_config(self, namespace: str, **patch: object) -> None:
+        req = urllib.request.Request(f"{self.sims[namespace]}/_sim/config", data=json.dumps(patch).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert resp.status == 200
+
+    def firing(self) -> set[tuple[str, str]]:
+        alerts = self.prom.get("/api/v1/alerts")["alerts"]
+        return {(a["labels"].get("namespace", ""), a["labels"]["alertname"]) for a in alerts
+                if a["state"] == "firing"}
+
+    def log(self, name: str) -> str:
+        return (self.dir / f"{name}.log").read_text(errors="replace")[-3000:]
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def gauge(text: str, name: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    raise AssertionError(f"{name} not exported")
+
+
+async def produce(lab: Lab) -> None:
+    """Steady load for the scenarios that need it, until lab.stop."""
+    redis = Redis.from_url(lab.redis_url, decode_responses=True)
+    queues = {ns: Queue(redis, ns) for ns in ("obs-main", "obs-fatal", "obs-saturated")}
+    n = 0
+    try:
+        while not lab.stop.is_set():
+            n += 1
+            batch = [(f"m{n}t{i}", task_body(f"m{n}t{i}", "turnstile", TURNSTILE)) for i in range(2)]
+            if n % 2 == 0:
+                batch.append((f"m{n}r", task_body(f"m{n}r", "userrecaptcha", RECAPTCHA)))
+            await queues["obs-main"].push(batch, ttl=3600)
+            if n % 2 == 0:
+                await queues["obs-fatal"].push([(f"f{n}", task_body(f"f{n}", "turnstile", TURNSTILE))], ttl=3600)
+            await queues["obs-saturated"].push(
+                [(f"s{n}t{i}", task_body(f"s{n}t{i}", "turnstile", TURNSTILE)) for i in range(2)], ttl=3600)
+            if n % 2 == 0:  # a seed-guide producer's raw JSON that no worker can run
+                bad = {"id": f"bad{n}", "method": "hcaptcha" if n % 4 else "nosuchmethod",
+                       "params": {"sitekey": "x", "pageurl": "https://example.com"}}
+                await redis.rpush(Keys("obs-dead").pending, json.dumps(bad))
+            await asyncio.sleep(0.4)
+    finally:
+        await redis.aclose()
+
+
+async def preload(redis_url: str) -> None:
+    """Backlogs that exist before their workers start (so the queue only shrinks there)."""
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        await Queue(redis, "obs-capacity").push(
+            [(f"c{i}", task_body(f"c{i}", "turnstile", TURNSTILE)) for i in range(30)], ttl=3600)
+        await Queue(redis, "obs-reap").push(
+            [(f"r{i}", task_body(f"r{i}", "turnstile", TURNSTILE)) for i in range(16)], ttl=3600)
+    finally:
+        await redis.aclose()
+
+
+def start_prometheus(d: Path, rules_dir: Path) -> tuple[subprocess.Popen[bytes], PromAPI]:
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        pytest.fail("prometheus is not installed: run scripts/install-tools.sh (make test does)", pytrace=False)
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
+        "rule_files": [str(rules_dir / "*.yaml")],
+        "scrape_configs": [{
+            "job_name": "captcha-solver-lab",
+            "file_sd_configs": [{"files": [str(d / "targets" / "*.json")], "refresh_interval": "1s"}],
+            # the relabelling prometheus-operator generates for a ServiceMonitor endpoint
+            "relabel_configs": [
+                {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
+                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "job"},
+                {"target_label": "endpoint", "replacement": "metrics"},
+            ],
+        }],
+    }
+    (d / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    with open(d / "prometheus.log", "wb") as log:
+        proc = subprocess.Popen(
+            [prometheus, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'tsdb'}",
+             "--storage.tsdb.retention.time=1h", f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            stdout=log, stderr=subprocess.STDOUT)
+    api = PromAPI(port)
+    deadline = time.monotonic() + 30
+    while not api.ready():
+        assert proc.poll() is None, (d / "prometheus.log").read_text()
+        assert time.monotonic() < deadline, "prometheus not ready after 30 s"
+        time.sleep(0.2)
+    return proc, api
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if redis_server.proc is None or redis_server.proc.poll() is not None:
+        redis_server.start()
+    d = tmp_path_factory.mktemp("observability")
+    (d / "targets").mkdir()
+    rules_dir = d / "rules"
+    rules_dir.mkdir()
+    chart = offline_chart(d / "chart")
+    for ns in EXPECTED:
+        groups = rendered_rules(chart, *shortened_for(), namespace=ns)
+        (rules_dir / f"{ns}.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    asyncio.run(_flush(redis_server.url))
+    asyncio.run(preload(redis_server.url))
+    prom_proc, prom = start_prometheus(d, rules_dir)
+    lab = Lab(d, redis_server.url, prom)
+    producer: threading.Thread | None = None
+    try:
+        lab.simulator("obs-main", "--threads", "10", "--fault", "unsolvable=0.15")
+        lab.simulator("obs-fatal", "--threads", "5")
+        lab.simulator("obs-capacity", "--threads", "1", "--over-cap", "zero_balance", "--latency", "turnstile=40:5")
+        lab.simulator("obs-saturated", "--threads", "2", "--latency", "turnstile=20:2")
+        lab.simulator("obs-reap", "--threads", "16", "--latency", "turnstile=300:10")
+        for url in lab.sims.values():
+            wait_port(int(url.rsplit(":", 1)[1]))
+        t0 = time.monotonic()
+        lab.events["start"] = t0
+        main = [lab.worker("obs-main", f"w{i}", "obs-main", CAPTCHAAI_THREADS="10", WORKER_CONCURRENCY="5",
+                           CAPTCHAAI_MONTHLY_PRICE="90") for i in range(2)]
+        lab.worker("obs-fatal", "w0", "obs-fatal", CAPTCHAAI_THREADS="5", WORKER_CONCURRENCY="5")
+        lab.worker("obs-capacity", "w0", "obs-capacity", CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6")
+        lab.worker("obs-saturated", "w0", "obs-saturated", CAPTCHAAI_THREADS="2", WORKER_CONCURRENCY="2")
+        lab.worker("obs-dead", "w0", "obs-main", CAPTCHAAI_THREADS="10", WORKER_CONCURRENCY="2")
+        victim = lab.worker("obs-reap", "w0", "obs-reap", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8",
+                            LEASE_SECONDS="3")
+        lab.worker("obs-reap", "w1", "obs-reap", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8", LEASE_SECONDS="3")
+        producer = threading.Thread(target=lambda: asyncio.run(produce(lab)), daemon=True)
+        producer.start()
+        lab.events["producer"] = time.monotonic()
+
+        # obs-reap: SIGKILL the victim while it holds 8 solves (15 s each at --speed 20)
+        assert victim.metrics_port is not None
+        port = victim.metrics_port
+
+        def victim_full() -> bool:
+            with contextlib.suppress(OSError):
+                return gauge(scrape(port), "captcha_solver_in_flight") >= 8
+            return False
+
+        wait_for(victim_full, 30, "the obs-reap victim to hold 8 solves")
+        time.sleep(2)  # a couple of scrapes of the healthy state
+        victim.proc.send_signal(signal.SIGKILL)
+        lab.events["kill"] = time.monotonic()
+
+        # obs-fatal: revoke the key once the worker has solved something (Prometheus saw it healthy)
+        fatal_port = next(p.metrics_port for p in lab.procs if p.name == "obs-fatal-w0")
+        assert fatal_port is not None
+
+        def fatal_solved() -> bool:
+            with contextlib.suppress(OSError):
+                return _solved(scrape(fatal_port)) >= 3
+            return False
+
+        wait_for(fatal_solved, 30, "obs-fatal to solve a few tasks")
+        lab.sim_config("obs-fatal", keys=[OTHER_KEY])
+        lab.events["revoke"] = time.monotonic()
+
+        # watch the alerts until every expected one fired
+        wanted = {(ns, a) for ns, (must, _) in EXPECTED.items() for a in must}
+        deadline = time.monotonic() + 150
+        while not wanted <= set(lab.fired) and time.monotonic() < deadline:
+            now = time.monotonic()
+            for key in lab.firing():
+                lab.fired.setdefault(key, now)
+            time.sleep(0.5)
+        # the dashboard is evaluated while obs-main still runs: give it at least 20 s of history
+        wait_for(lambda: time.monotonic() - t0 > 25, 30, "obs-main history")
+        lab.main_metrics = scrape(main[0].metrics_port or 0)
+        lab.events["observed"] = time.monotonic()
+        yield lab
+    finally:
+        lab.stop.set()
+        if producer is not None:
+            producer.join(10)
+        for p in lab.procs:
+            if p.alive():
+                p.proc.send_signal(signal.SIGKILL)
+        for p in lab.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.proc.wait(10)
+        prom_proc.terminate()
+        try:
+            prom_proc.wait(15)
+        except subprocess.TimeoutExpired:
+            prom_proc.kill()
+
+
+def _solved(text: str) -> float:
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "captcha_solver_tasks_total" and sample.labels.get("outcome") == "solved":
+                total += sample.value
+    return total
+
+
+async def _flush(url: str) -> None:
+    redis = Redis.from_url(url, decode_responses=True)
+    try:
+        await redis.flushall()
+    finally:
+        await redis.aclose()
+
+
+# -- alerts -------------------------------------------------------------------------------------------------------
+
+def test_every_alert_fires_in_its_scenario(lab: Lab) -> None:
+    print()
+    for (ns, alert), when in sorted(lab.fired.items(), key=lambda kv: kv[1]):
+        since = {"obs-fatal": "revoke", "obs-reap": "kill"}.get(ns, "start")
+        print(f"  {alert:36s} fired in {ns:14s} {when - lab.events[since]:5.1f} s after {since}")
+    missing = [(ns, a) for ns, (must, _) in EXPECTED.items() for a in must if (ns, a) not in lab.fired]
+    assert not missing, f"did not fire: {missing}; fired: {sorted(lab.fired)}\n" + "\n".join(
+        f"--- {p.name}\n{lab.log(p.name)}" for p in lab.procs if p.name.startswith(tuple(ns for ns, _ in missing)))
+    assert {a for _, a in lab.fired} == set(ALERT_VALUES), "every chart alert has a scenario"
+
+
+def test_alerts_fire_only_where_the_condition_exists(lab: Lab) -> None:
+    """Over the whole run (ALERTS history, pending included): the healthy release never even had a pending alert,
+    and no alert fired outside the scenarios built for it."""
+    ever = lab.prom.query(f"max_over_time(ALERTS[{RANGE}])")
+    seen = {(r["metric"].get("namespace", ""), r["metric"]["alertname"], r["metric"]["alertstate"]) for r in ever}
+    assert not [s for s in seen if s[0] == "obs-main"], f"the healthy release had alerts: {sorted(seen)}"
+    for ns, (must, may) in EXPECTED.items():
+        fired = {a for n, a, state in seen if n == ns and state == "firing"}
+        assert must <= fired <= must | may, f"{ns}: fired {sorted(fired)}, expected {sorted(must)} (+{sorted(may)})"
+    assert all(s[0] in EXPECTED for s in seen), f"an alert without a scenario namespace: {sorted(seen)}"
+
+
+def test_every_alert_expression_returns_data_in_its_scenario(lab: Lab, tmp_path: Path) -> None:
+    chart = offline_chart(tmp_path)
+    for ns, (must, _) in EXPECTED.items():
+        for rule in rendered_rules(chart, namespace=ns)[0]["rules"]:
+            if rule["alert"] in must:
+                result = lab.prom.query(rule["expr"])
+                assert result, f"{rule['alert']} returns nothing in {ns} now:\n{rule['expr']}"
+                assert {r["metric"]["namespace"] for r in result} == {ns}
+                assert {r["metric"]["job"] for r in result} == {JOB}
+
+
+def test_promtool_accepts_the_rendered_rules(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed: run scripts/install-tools.sh (make test does)", pytrace=False)
+    chart = offline_chart(tmp_path)
+    for name, sets in (("defaults", []), ("shortened", shortened_for())):
+        groups = rendered_rules(chart, *sets)
+        assert [r["alert"] for r in groups[0]["rules"]] == list(ALERT_VALUES)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"groups": groups}))
+        proc = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"SUCCESS: {len(ALERT_VALUES)} rules found" in proc.stdout, proc.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [{"alert": "X", "expr": "sum(("}]}]}))
+    assert subprocess.run([promtool, "check", "rules", str(bad)], capture_output=True, check=False).returncode != 0
+
+
+def test_rule_values_are_honoured(tmp_path: Path) -> None:
+    chart = offline_chart(tmp_path)
+    defaults = {r["alert"]: r for r in rendered_rules(chart)[0]["rules"]}
+    for rule in defaults.values():
+        assert rule["labels"]["severity"] in {"warning", "critical"}
+        assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
+        assert rule["annotations"]["runbook_url"] == "docs/operations.md#troubleshooting"
+        assert 'namespace="captcha", job="cs-captcha-solver-worker"' in rule["expr"]
+        assert "{{" not in rule["expr"]
+    rules = {r["alert"]: r for r in rendered_rules(
+        chart, "prometheusRule.alerts.leasesReaped.enabled=false",
+        "prometheusRule.alerts.planSaturated.for=1h", "prometheusRule.alerts.planSaturated.severity=page",
+        "prometheusRule.alerts.planSaturated.utilisation=0.75", "prometheusRule.alerts.noPlanCapacity.ratio=0.25",
+        "prometheusRule.alerts.deadLettersGrowing.threshold=10", "prometheusRule.selector=job=\"mine\"",
+        "prometheusRule.runbookUrl=https://runbooks.example/cs")[0]["rules"]}
+    assert "CaptchaSolverLeasesReaped" not in rules and len(rules) == len(ALERT_VALUES) - 1
+    sat = rules["CaptchaSolverPlanSaturated"]
+    assert (sat["for"], sat["labels"]["severity"]) == ("1h", "page")
+    assert ">= 0.75" in sat["expr"] and "> 0.25" in rules["CaptchaSolverNoPlanCapacity"]["expr"]
+    assert rules["CaptchaSolverDeadLettersGrowing"]["expr"].endswith("> 10")
+    assert all('{job="mine"' in r["expr"] and "namespace=" not in r["expr"] for r in rules.values())
+    assert {r["annotations"]["runbook_url"] for r in rules.values()} == {"https://runbooks.example/cs"}
+    # a bad duration is rejected by the values schema
+    proc = subprocess.run([str(tool("helm3")), "template", RELEASE, str(chart), "--set", "prometheusRule.enabled=true",
+                           "--set", "prometheusRule.alerts.noWorkerReady.for=5 minutes"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "for" in proc.stderr
+
+
+# -- dashboard ----------------------------------------------------------------------------------------------------
+
+def test_every_dashboard_query_returns_data(lab: Lab) -> None:
+    queries = dashboard_queries()
+    empty, nan = [], []
+    for title, expr in queries:
+        result = lab.prom.query(substitute(expr, "obs-main"))
+        if not result:
+            empty.append((title, expr))
+        elif not finite(result):
+            nan.append((title, expr, result))
+    print(f"\n  {len(queries)} dashboard queries evaluated for obs-main")
+    assert not empty, f"queries without data: {json.dumps(empty, indent=1)}"
+    assert not nan, f"queries with only NaN/Inf: {json.dumps(nan, indent=1)}"
+
+
+def test_dashboard_queries_only_see_the_selected_release(lab: Lab) -> None:
+    """With another namespace or job selected, every query is empty: each one filters on the variables."""
+    for title, expr in dashboard_queries():
+        assert not lab.prom.query(substitute(expr, "obs-nonexistent")), f"{title}: ignores $namespace: {expr}"
+        assert not lab.prom.query(substitute(expr, "obs-main", job="other-job")), f"{title}: ignores $job: {expr}"
+
+
+def test_dashboard_figures_are_plausible(lab: Lab) -> None:
+    """A few panels checked against what obs-main is known to be: 2 workers, 10 threads, price 90."""
+    def one(title: str, ref: str = "A") -> float:
+        panel = next(p for p in dashboard()["panels"] if p["title"] == title)
+        expr = next(t["expr"] for t in panel["targets"] if t["refId"] == ref)
+        result = lab.prom.query(substitute(expr, "obs-main"))
+        assert len(result) == 1, result
+        return float(result[0]["value"][1])
+
+    assert one("Workers ready", "A") == 2 and one("Workers ready", "B") == 2
+    assert one("Plan threads / budget", "A") == 10 and one("Plan threads / budget", "B") == 10
+    assert 0 <= one("Plan-thread utilisation and budget waits") <= 1
+    solved_per_s = float(lab.prom.query(
+        f'sum(rate(captcha_solver_tasks_total{{namespace="obs-main", outcome="solved"}}[{RANGE}]))')[0]["value"][1])
+    assert one("Cost per 1 000 solves") == pytest.approx(90 * 1000 / (solved_per_s * 2592000), rel=0.05)
+    assert 0.5 < one("Success rate") <= 1  # 15 % unsolvable, resubmitted once
+    assert one("API calls per solve") >= 2  # in.php + at least one res.php
+    assert one("Fatal API errors") == 0
+
+
+def test_dashboard_variables_resolve(lab: Lab) -> None:
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    ns_query = variables["namespace"]["definition"]
+    job_query = variables["job"]["definition"]
+    ns_metric, ns_label = re.fullmatch(r"label_values\((\w+), (\w+)\)", ns_query).groups()  # type: ignore[union-attr]
+    namespaces = lab.prom.get(f"/api/v1/label/{ns_label}/values", **{"match[]": ns_metric})
+    assert set(EXPECTED) <= set(namespaces)
+    job_match, job_label = re.fullmatch(r"label_values\((.+), (\w+)\)", job_query).groups()  # type: ignore[union-attr]
+    jobs = lab.prom.get(f"/api/v1/label/{job_label}/values", **{"match[]": substitute(job_match, "obs-main")})
+    assert jobs == [JOB]
+
+
+def test_dashboard_is_provisionable() -> None:
+    dash = dashboard()
+    assert dash["uid"] == "captcha-solver" and dash["schemaVersion"] >= 39
+    assert "__inputs" not in dash and "__requires" not in dash
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    for name in ("namespace", "job"):
+        v = variables[name]
+        assert v["type"] == "query" and v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert v["definition"].startswith("label_values(captcha_solver_")
+    titles = [p["title"] for p in dash["panels"]]
+    assert len(titles) == len(set(titles)), "panel titles are unique (docs/metrics.md lists them)"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dash["panels"]:
+        if panel["type"] == "row":
+            assert not panel.get("panels"), "no collapsed rows: every panel is at the top level"
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert panel["targets"], panel["title"]
+        for t in panel["targets"]:
+            assert t["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+            used = set(re.findall(r"\$\{?(\w+)", t["expr"]))
+            assert used <= {"namespace", "job", "__rate_interval", "__range"}, (panel["title"], used)
+            selectors = re.findall(r"captcha_solver_\w+(\{[^}]*\})?", t["expr"])
+            assert selectors and all('namespace=~"$namespace", job=~"$job"' in s for s in selectors), t["expr"]
+
+
+def test_required_panels_exist() -> None:
+    exprs = {title: " ".join(e for t, e in dashboard_queries() if t == title) for title, _ in dashboard_queries()}
+    need = {
+        "Solves/s by method and outcome": "by (method, outcome)",
+        "Success rate": 'outcome="solved"',
+        "Solve latency p50 / p95 / p99": "histogram_quantile(0.99, sum by (le) (rate(captcha_solver_solve_duration",
+        "Queue depth vs replicas": "count(captcha_solver_build_info",
+        "Plan-thread utilisation and budget waits": "captcha_solver_budget_wait_seconds_total",
+        "API calls per solve": "captcha_solver_api_requests_total",
+        "API errors by code": "by (code)",
+        "Retries by class": "by (class)",
+        "Token age at delivery": "captcha_solver_token_age_seconds_bucket",
+        "Cost per 1 000 solves": "captcha_solver_plan_monthly_price",
+        "Workers ready": "captcha_solver_worker_ready",
+        "Fatal API errors": "captcha_solver_fatal_errors_total",
+        "Plan threads: threadsinfo vs budget": "captcha_solver_plan_threads",
+        "Dead letters": 'state="dead"',
+    }
+    for title, fragment in need.items():
+        assert fragment in exprs.get(title, ""), f"panel {title!r} should query {fragment}"
+
+
+# -- the metrics contract -----------------------------------------------------------------------------------------
+
+def exported(text: str) -> dict[str, tuple[str, set[str], set[str]]]:
+    """Family name as documented (counters with _total) -> (type, label names, sample names)."""
+    out: dict[str, tuple[str, set[str], set[str]]] = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith(metrics.PREFIX):
+            continue
+        name = family.name + "_total" if family.type == "counter" else family.name
+        labels = {k for s in family.samples for k in s.labels if k not in {"le"}}
+        out[name] = (family.type, labels, {s.name for s in family.samples})
+    return out
+
+
+def test_dashboard_and_rules_use_only_exported_metrics(lab: Lab, tmp_path: Path) -> None:
+    samples = {s for _, _, names in exported(lab.main_metrics).values() for s in names}
+    used = {n for _, expr in dashboard_queries() for n in metric_names(expr)}
+    for v in dashboard()["templating"]["list"]:
+        used |= metric_names(v.get("definition", ""))
+    rules = rendered_rules(offline_chart(tmp_path))[0]["rules"]
+    used_rules = {n for r in rules for n in metric_names(r["expr"])}
+    assert used and used_rules
+    assert not (used | used_rules) - samples, f"not exported by the worker: {sorted((used | used_rules) - samples)}"
+    families = set(exported(lab.main_metrics))
+    unused = {f for f in families if not any(s.startswith(f.removesuffix("_total")) for s in used)}
+    assert not unused, f"exported but on no panel: {sorted(unused)}"
+
+
+def documented() -> dict[str, tuple[str, str]]:
+    """docs/metrics.md metric table: name -> (type, labels cell)."""
+    rows: dict[str, tuple[str, str]] = {}
+    for line in METRICS_DOC.read_text().splitlines():
+        m = re.match(r"\|\s*`(captcha_solver_\w+)`\s*\|\s*(\w+)\s*\|([^|]*)\|", line)
+        if m:
+            rows[m.group(1)] = (m.group(2), m.group(3))
+    return rows
+
+
+def test_every_exported_metric_is_documented_and_vice_versa(lab: Lab) -> None:
+    docs = documented()
+    live = exported(lab.main_metrics)
+    assert set(docs) == set(live), (f"undocumented: {sorted(set(live) - set(docs))}; "
+                                    f"documented but not exported: {sorted(set(docs) - set(live))}")
+    for name, (kind, labels, _) in live.items():
+        assert docs[name][0] == kind, f"{name}: documented as {docs[name][0]}, exported as {kind}"
+        for label in labels:
+            assert f"`{label}`" in docs[name][1], f"{name}: label {label} not documented"
+        if not labels:
+            assert docs[name][1].strip() in {"", "—", "-"}, f"{name} has no labels"
+
+
+def test_no_worker_label_clashes_with_a_target_label(lab: Lab) -> None:
+    """prometheus-operator gives ServiceMonitor targets these labels; a worker label of the same name would be renamed
+    `exported_<name>` (and every query on it would silently return nothing)."""
+    target_labels = {"namespace", "job", "service", "pod", "endpoint", "instance", "container"}
+    clash = {(name, label) for name, (_, labels, _) in exported(lab.main_metrics).items() for label in labels
+             if label in target_labels}
+    assert not clash, clash
+    stored = lab.prom.query('count by (__name__) ({__name__=~"captcha_solver_.+", exported_endpoint=~".+"})')
+    stored += lab.prom.query('count by (__name__) ({__name__=~"captcha_solver_.+", exported_namespace=~".+"})')
+    assert not stored, f"labels renamed by Prometheus: {stored}"
+
+
+def test_label_value_sets_are_bounded_and_documented() -> None:
+    text = METRICS_DOC.read_text()
+    for values in (metrics.OUTCOMES, metrics.RETRY_CLASSES, metrics.FATAL_CODES, ("pending", "processing", "dead"),
+                   ("expired", "orphaned")):
+        for v in values:
+            assert f"`{v}`" in text, f"label value {v} not in docs/metrics.md"
+    # every fatal code of the API client is a pre-created, known label value
+    assert {metrics.code_label(c) for c in captchaai._FATAL} == set(metrics.FATAL_CODES)
+
+
+def test_docs_show_every_panel_query_and_every_alert(tmp_path: Path) -> None:
+    text = METRICS_DOC.read_text()
+    flat = " ".join(text.split())
+    for title, expr in dashboard_queries():
+        assert re.search(rf"^#### {re.escape(title)}$", text, re.M), f"docs/metrics.md: no section for panel {title!r}"
+        assert " ".join(expr.split()) in flat, f"docs/metrics.md: panel {title!r} query not shown: {expr}"
+    chart = offline_chart(tmp_path)
+    for rule in rendered_rules(chart, release="captcha")[0]["rules"]:
+        assert re.search(rf"^### {rule['alert']}$", text, re.M), f"docs/metrics.md: no section for {rule['alert']}"
+        assert " ".join(rule["expr"].split()) in flat, f"docs/metrics.md: {rule['alert']} expr differs"
+        assert f"`for: {rule['for']}`" in text
+
+
+# -- manifests ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k8s", K8S_SCHEMA_VERSIONS)
+def test_monitoring_manifests_validate_against_the_crd_and_kubernetes_schemas(k8s: str, tmp_path: Path) -> None:
+    chart = offline_chart(tmp_path)
+    text = helm_template(chart, "--set", "metrics.serviceMonitor.enabled=true",
+                         "--set", "metrics.serviceMonitor.relabelings[0].targetLabel=cluster",
+                         "--set", "metrics.serviceMonitor.relabelings[0].replacement=lab",
+                         "--set", "dashboard.enabled=true", "--set", "dashboard.folder=Captcha",
+                         "--set", "prometheusRule.enabled=true",
+                         *(arg for s in shortened_for() for arg in ("--set", s)),
+                         "--show-only", "templates/servicemonitor.yaml", "--show-only", "templates/prometheusrule.yaml",
+                         "--show-only", "templates/dashboard-configmap.yaml")
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert json.loads(cm["data"]["captcha-solver.json"]) == dashboard()
+    path = tmp_path / "monitoring.yaml"
+    path.write_text(text)
+    schemas = TOOLS / "kubeconform-schemas" / f"{k8s}-strict"
+    if not (schemas / "configmap-v1.json").exists():
+        pytest.fail(f"no Kubernetes schemas at .tools/kubeconform-schemas/{k8s}-strict: run scripts/install-tools.sh",
+                    pytrace=False)
+    proc = subprocess.run([str(tool("kubeconform")), "-strict", "-summary", "-verbose", "-output", "json",
+                           "-schema-location", f"{schemas}/{{{{.ResourceKind}}}}{{{{.KindSuffix}}}}.json",
+                           "-schema-location", f"{CRD_SCHEMAS}/{{{{.ResourceKind}}}}_{{{{.ResourceAPIVersion}}}}.json",
+                           str(path)], capture_output=True, text=True, check=False)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, json.dumps(report, indent=1)
+    assert {r["kind"]: r["status"] for r in report["resources"]} == {
+        "ConfigMap": "statusValid", "PrometheusRule": "statusValid", "ServiceMonitor": "statusValid"}
+    # the CRD schema is really applied: a rule with a bad `for` is rejected
+    bad = text.replace(f"for: {TEST_FOR}", "for: soon", 1)
+    assert bad != text
+    path.write_text(bad)
+    proc = subprocess.run([str(tool("kubeconform")), "-strict", "-output", "json",
+                           "-schema-location", f"{CRD_SCHEMAS}/{{{{.ResourceKind}}}}_{{{{.ResourceAPIVersion}}}}.json",
+                           "-schema-location", f"{schemas}/{{{{.ResourceKind}}}}{{{{.KindSuffix}}}}.json",
+                           str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
