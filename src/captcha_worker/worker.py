@@ -116,7 +116,8 @@ class Worker:
         self.redis_ok = True
         self.last_pending = 0
         self._wake = asyncio.Event()  # capacity changed: the claimer looks again
-        self._stop = asyncio.Event()
+        self._stop = asyncio.Event()  # SIGTERM: stop claiming
+        self._closing = asyncio.Event()  # jobs are done: background loops end
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- readiness ----------------------------------------------------------------------------------------
@@ -156,9 +157,7 @@ class Worker:
             self._wake.set()
             await asyncio.gather(claimer, return_exceptions=True)
             await self._drain(hard_stop or asyncio.Event())
-            for t in loops:
-                t.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+            await self._close(loops)
             await self._say_goodbye()
             event(log, "worker_stopped", worker=self.id)
 
@@ -180,6 +179,21 @@ class Worker:
                 t.cancel()
             await asyncio.gather(*left, return_exceptions=True)
 
+    async def _close(self, loops: list[asyncio.Task[None]]) -> None:
+        """Loops end by themselves once `_closing` is set (no reliance on cancellation reaching them)."""
+        self._closing.set()
+        _, stuck = await asyncio.wait(loops, timeout=5)
+        for t in stuck:
+            t.cancel()
+        if stuck:
+            await asyncio.wait(stuck, timeout=2)
+
+    async def _pause(self, seconds: float) -> bool:
+        """Sleep, but wake up at once when the worker closes. True when closing."""
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), seconds)
+        return self._closing.is_set()
+
     async def _say_goodbye(self) -> None:
         with suppress(Exception):
             await asyncio.wait_for(self.queue.budget_release(sorted(self.held)), 2)
@@ -189,7 +203,7 @@ class Worker:
 
     async def _supervise(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         """Run a background loop forever; a bug in one iteration is logged and the loop restarted."""
-        while not (name == "claimer" and self._stop.is_set()):
+        while not self._closing.is_set() and not (name == "claimer" and self._stop.is_set()):
             try:
                 await loop()
                 return
@@ -197,7 +211,7 @@ class Worker:
                 raise
             except Exception as exc:
                 event(log, "loop_crashed", logging.ERROR, loop=name, error=type(exc).__name__, detail=str(exc)[:200])
-                await asyncio.sleep(1)
+                await self._pause(1)
 
     async def _redis(self, what: str, op: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T | None:
         """Run a Redis operation, retrying connection-level failures with backoff until it succeeds.
@@ -220,7 +234,7 @@ class Worker:
                     self.redis_ok = False
                     self._set_ready_gauge()
                     event(log, "redis_unavailable", logging.WARNING, op=what, error=type(exc).__name__)
-                if self._stop.is_set() and what in {"claim", "claim_blocking"}:
+                if self._closing.is_set() or (self._stop.is_set() and what in {"claim", "claim_blocking"}):
                     return None
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 5.0)
@@ -472,7 +486,8 @@ class Worker:
             except (TransientError, TaskFailed) as exc:
                 event(log, "plan_check_failed", logging.WARNING, code=exc.code)
             pause = cfg.threadsinfo_interval_seconds if self.phase is not Phase.FATAL else 30.0 / cfg.time_scale
-            await asyncio.sleep(pause)
+            if await self._pause(pause):
+                return
 
     async def _budget_loop(self) -> None:
         cfg = self.cfg
@@ -497,7 +512,8 @@ class Worker:
                 metrics.BUDGET_WAIT.inc(missing * (now - last))
             last = now
             metrics.BUDGET_HELD.set(len(self.held))
-            await asyncio.sleep(0.2 if missing else 1.0)
+            if await self._pause(0.2 if missing else 1.0):
+                return
 
     async def _heartbeat_loop(self) -> None:
         cfg = self.cfg
@@ -525,12 +541,12 @@ class Worker:
                 metrics.QUEUE_DEPTH.labels("pending").set(pending)
                 metrics.QUEUE_DEPTH.labels("processing").set(processing)
                 metrics.QUEUE_DEPTH.labels("dead").set(dead)
-            await asyncio.sleep(min(period, 5.0))
+            if await self._pause(min(period, 5.0)):
+                return
 
     async def _reaper_loop(self) -> None:
         cfg = self.cfg
-        while True:
-            await asyncio.sleep(cfg.lease_seconds / 2 * (0.75 + 0.5 * random.random()))
+        while not await self._pause(cfg.lease_seconds / 2 * (0.75 + 0.5 * random.random())):
             counts = await self._redis("reap", self.queue.reap, orphan_grace_s=cfg.orphan_grace_seconds)
             if counts and any(counts):
                 expired, orphaned = counts
