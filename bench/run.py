@@ -8,6 +8,7 @@ a minute (no timing assertions: the test suite checks the files and their keys) 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -71,7 +72,7 @@ def _p4(smoke: bool, profile: Path | None) -> dict[str, Any]:
 
     if smoke:
         return p4_polling.run(samples=2000, seed=1, speed=50, real_n=5, real_reps=1, search=True)
-    return p4_polling.run(samples=20_000, seed=1, speed=10, real_n=60, real_reps=3, search=True)
+    return p4_polling.run(samples=20_000, seed=1, speed=5, real_n=60, real_reps=3, search=True)
 
 
 def _p5(smoke: bool, profile: Path | None) -> dict[str, Any]:
@@ -106,8 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.monotonic()
     for key in chosen:
         started = time.monotonic()
-        log(f"{key} ({NAMES[key]}){' smoke' if ns.smoke else ''} ...")
+        load_before = os.getloadavg()[0]
+        log(f"{key} ({NAMES[key]}){' smoke' if ns.smoke else ''} ... (load average {load_before:.1f})")
         data = RUNNERS[key](ns.smoke, profile)
+        data.setdefault("load_average_1m", [load_before, os.getloadavg()[0]])
         path = write_result(out, NAMES[key], data, smoke=ns.smoke, started=started)
         log(f"{key} done in {time.monotonic() - started:.0f}s -> {path}")
     if not ns.smoke and not ns.no_docs:
