@@ -277,10 +277,17 @@ scenario1() {  # scenario1 HELM REL NS QUEUE
   local helm=$1 rel=$2 ns=$3 q=$4 s=$SECONDS so
   say "== 1. $helm install $rel (-f values-examples/e2e-local.yaml) in $ns"
   FAILED_NS+=("$ns")
+  # the namespace enforces the Pod Security "restricted" profile: the API server rejects non-compliant pods
+  kubectl create namespace "$ns" >/dev/null
+  kubectl label namespace "$ns" pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/warn=restricted >/dev/null
+  if kubectl -n "$ns" run psa-probe --image=busybox --privileged --dry-run=server >/dev/null 2>&1; then
+    fail "1: Pod Security admission is not enforcing in $ns (a privileged pod was admitted)"
+  fi
   # shellcheck disable=SC2046
   helm_install "$helm" "$rel" "$ns" "$CHART_NODEP" $(common_sets "$q") \
     || { cat "$WORK/$rel.out"; fail "1: $helm install failed"; }
   record "helm-install($helm)" $((SECONDS - s))
+  if grep -q 'violate PodSecurity' "$WORK/$rel.out"; then cat "$WORK/$rel.out"; fail "1: the worker pod template violates Pod Security restricted"; fi
   [ "$(release_status "$helm" "$rel" "$ns")" = deployed ] || fail "1: $rel not deployed"
   assert_release_objects "$helm" "$rel" "$ns"
   so=$(worker_name "$rel")
@@ -320,8 +327,8 @@ scenario2() {  # scenario2 HELM REL NS QUEUE
   wait_until 90 "KEDA scales 0->1" replicas_ge "$ns" "$so" 1 || fail "2: KEDA did not scale $so up from 0"
   record "scale-0-to-1($helm)" "$WAITED" "(pollingInterval ${poll}s)"
   wait_until 30 "pods created by the ReplicaSet" bash -c "kubectl -n $ns get pods -l app.kubernetes.io/instance=$rel -o name | grep -q ." \
-    || fail "2: deployment scaled but no pod was created (kube-controller-manager?)"
-  say "2: worker at $(spec_replicas "$ns" "$so") replica(s), $(kubectl -n "$ns" get pods -l app.kubernetes.io/instance="$rel" --no-headers | wc -l) pod(s) (Pending: no nodes)"
+    || fail "2: deployment scaled but no pod was created (Pod Security restricted rejected it? see the ReplicaSet events)"
+  say "2: worker at $(spec_replicas "$ns" "$so") replica(s), $(kubectl -n "$ns" get pods -l app.kubernetes.io/instance="$rel" --no-headers | wc -l) pod(s) admitted under Pod Security 'restricted' (Pending: no nodes)"
   # in flight keeps it up: move the items to processing, pending empty -> must stay >= 1 past the cooldown
   rcli RENAME "{$q}:pending" "{$q}:processing" >/dev/null
   sleep $((cool + 2 * poll + 2))
