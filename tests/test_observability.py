@@ -10,7 +10,7 @@ with values that shorten every `for:` to 5 s (`prometheusRule.alerts.<name>.for`
 
 | namespace | what happens | must fire |
 |---|---|---|
-| obs-main | healthy: 2 workers, 10 threads, steady turnstile + reCAPTCHA load, 15 % unsolvable | nothing |
+| obs-main | healthy: 2 workers, 16 threads (about half used), turnstile + reCAPTCHA, 15 % unsolvable | nothing |
 | obs-fatal | the key is revoked mid-run (`/_sim/config` keys), tasks keep coming | ApiKeyRejected, NoWorkerReady |
 | obs-capacity | a 1-thread plan answering ERROR_ZERO_BALANCE, budget set to 6 | NoPlanCapacity, PlanThreadsMismatch |
 | obs-saturated | plan of 2 threads, tasks pushed faster than 2 threads solve them | PlanSaturated |
@@ -73,7 +73,7 @@ ALERT_VALUES = {  # alert name -> its key under prometheusRule.alerts
 }
 # namespace -> (alerts that must fire, alerts that may also fire because the scenario really has that condition)
 EXPECTED: dict[str, tuple[set[str], set[str]]] = {
-    "obs-main": (set(), set()),
+    "obs-main": (set(), set()),  # utilisation ~50 %: far from every threshold
     "obs-fatal": ({"CaptchaSolverApiKeyRejected", "CaptchaSolverNoWorkerReady"}, set()),
     "obs-capacity": ({"CaptchaSolverNoPlanCapacity", "CaptchaSolverPlanThreadsMismatch"},
                      {"CaptchaSolverPlanSaturated"}),  # 6 slots busy (backing off) with a backlog: it is saturated
@@ -358,7 +358,7 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     lab = Lab(d, redis_server.url, prom)
     producer: threading.Thread | None = None
     try:
-        lab.simulator("obs-main", "--threads", "10", "--fault", "unsolvable=0.15")
+        lab.simulator("obs-main", "--threads", "16", "--fault", "unsolvable=0.15")
         lab.simulator("obs-fatal", "--threads", "5")
         lab.simulator("obs-capacity", "--threads", "1", "--over-cap", "zero_balance", "--latency", "turnstile=40:5")
         lab.simulator("obs-saturated", "--threads", "2", "--latency", "turnstile=20:2")
@@ -367,12 +367,12 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             wait_port(int(url.rsplit(":", 1)[1]))
         t0 = time.monotonic()
         lab.events["start"] = t0
-        main = [lab.worker("obs-main", f"w{i}", "obs-main", CAPTCHAAI_THREADS="10", WORKER_CONCURRENCY="5",
+        main = [lab.worker("obs-main", f"w{i}", "obs-main", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8",
                            CAPTCHAAI_MONTHLY_PRICE="90") for i in range(2)]
         lab.worker("obs-fatal", "w0", "obs-fatal", CAPTCHAAI_THREADS="5", WORKER_CONCURRENCY="5")
         lab.worker("obs-capacity", "w0", "obs-capacity", CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6")
         lab.worker("obs-saturated", "w0", "obs-saturated", CAPTCHAAI_THREADS="2", WORKER_CONCURRENCY="2")
-        lab.worker("obs-dead", "w0", "obs-main", CAPTCHAAI_THREADS="10", WORKER_CONCURRENCY="2")
+        lab.worker("obs-dead", "w0", "obs-main", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="2")  # same plan
         victim = lab.worker("obs-reap", "w0", "obs-reap", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8",
                             LEASE_SECONDS="3")
         lab.worker("obs-reap", "w1", "obs-reap", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8", LEASE_SECONDS="3")
@@ -561,7 +561,7 @@ def test_dashboard_queries_only_see_the_selected_release(lab: Lab) -> None:
 
 
 def test_dashboard_figures_are_plausible(lab: Lab) -> None:
-    """A few panels checked against what obs-main is known to be: 2 workers, 10 threads, price 90."""
+    """A few panels checked against what obs-main is known to be: 2 workers, 16 threads, price 90."""
     def one(title: str, ref: str = "A") -> float:
         panel = next(p for p in dashboard()["panels"] if p["title"] == title)
         expr = next(t["expr"] for t in panel["targets"] if t["refId"] == ref)
@@ -570,7 +570,7 @@ def test_dashboard_figures_are_plausible(lab: Lab) -> None:
         return float(result[0]["value"][1])
 
     assert one("Workers ready", "A") == 2 and one("Workers ready", "B") == 2
-    assert one("Plan threads / budget", "A") == 10 and one("Plan threads / budget", "B") == 10
+    assert one("Plan threads / budget", "A") == 16 and one("Plan threads / budget", "B") == 16
     assert 0 <= one("Plan-thread utilisation and budget waits") <= 1
     solved_per_s = float(lab.prom.query(
         f'sum(rate(captcha_solver_tasks_total{{namespace="obs-main", outcome="solved"}}[{RANGE}]))')[0]["value"][1])
