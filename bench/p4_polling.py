@@ -100,8 +100,8 @@ def _describe(calls: list[int], added: list[float]) -> dict[str, float]:
 
 
 # -- best (first, interval) on a grid -----------------------------------------------------------------------
-def grid_search(name: str, xs: list[float], seed_calls: float, seed_added: float,
-                jitter: float = 1.05) -> dict[str, Any]:
+def grid_search(name: str, xs: list[float], seed_calls: float, seed_added: float, jitter: float = 1.05,
+                points: list[tuple[float, float, float, float]] | None = None) -> dict[str, Any]:
     """Best (first_poll_s, poll_interval_s) pairs for three goals, on a 0.25 s grid, with every delay stretched
     by the schedule's mean jitter (the code adds 0-10 %)."""
     import numpy as np
@@ -111,7 +111,7 @@ def grid_search(name: str, xs: list[float], seed_calls: float, seed_added: float
     top = lat.mean_s + 2 * lat.stddev_s
     best: dict[str, tuple[float, float, float, float] | None] = {
         "fewest_calls_with_added_le_1s": None, "fewest_calls_with_added_le_seed": None,
-        "least_added_with_calls_le_0_6x_seed": None}
+        "fewest_calls_with_added_le_seed_plus_1s": None, "least_added_with_calls_le_0_6x_seed": None}
     for first in (0.25 * i for i in range(1, int(top / 0.25) + 1)):
         f = first * jitter
         over = np.maximum(arr - f, 0.0)
@@ -121,15 +121,42 @@ def grid_search(name: str, xs: list[float], seed_calls: float, seed_added: float
             c = float(2.0 + k.mean())
             a = float((f + k * step - arr).mean())
             cand = (c, a, first, interval)
+            if points is not None:
+                points.append(cand)
             for goal, ok, better in (
                     ("fewest_calls_with_added_le_1s", a <= 1.0, 0),
                     ("fewest_calls_with_added_le_seed", a <= seed_added, 0),
+                    ("fewest_calls_with_added_le_seed_plus_1s", a <= seed_added + 1.0, 0),
                     ("least_added_with_calls_le_0_6x_seed", c <= 0.6 * seed_calls, 1)):
                 cur = best[goal]
                 if ok and (cur is None or cand[better] < cur[better]):
                     best[goal] = cand
     return {goal: None if b is None else {"first_poll_s": b[2], "poll_interval_s": b[3], "calls_mean": b[0],
                                           "added_mean_s": b[1]} for goal, b in best.items()}
+
+
+def mix_optimum(grids: dict[str, list[tuple[float, float, float, float]]],
+                max_calls: float) -> dict[str, Any] | None:
+    """Per-kind grid points that minimise the equal mix's mean added latency with its mean calls ≤ max_calls:
+    every kind takes its point minimising calls + lam·added, lam bisected (one lam for all kinds is optimal)."""
+
+    def pick(lam: float) -> tuple[dict[str, tuple[float, float, float, float]], float]:
+        chosen = {name: min(pts, key=lambda p: p[0] + lam * p[1]) for name, pts in grids.items()}
+        return chosen, sum(p[0] for p in chosen.values()) / len(chosen)
+
+    lo, hi = 0.001, 1000.0
+    best = None
+    for _ in range(40):
+        lam = math.sqrt(lo * hi)
+        chosen, calls = pick(lam)
+        if calls <= max_calls:
+            best, lo = chosen, lam
+        else:
+            hi = lam
+    if best is None:
+        return None
+    return {name: {"first_poll_s": p[2], "poll_interval_s": p[3], "calls_mean": p[0], "added_mean_s": p[1]}
+            for name, p in best.items()}
 
 
 # -- optimal poll sequence (dynamic programming) ------------------------------------------------------------
@@ -200,9 +227,11 @@ def monte_carlo(samples: int, seed: int, with_search: bool) -> dict[str, Any]:
     rng = random.Random(seed)
     per_kind: dict[str, Any] = {}
     mix: dict[str, dict[str, list[float]]] = {"ours": {"calls": [], "added": []}, "seed": {"calls": [], "added": []}}
+    drawn: dict[str, list[float]] = {}
+    grids: dict[str, list[tuple[float, float, float, float]]] = {}
     for name in KINDS:
         kind = _kind(name)
-        xs = sample_latencies(name, samples, rng)
+        xs = drawn[name] = sample_latencies(name, samples, rng)
         oc, oa = replay_ours(kind, xs)
         sc, sa = replay_fixed(xs, SEED_INTERVAL_S, SEED_INTERVAL_S)
         mix["ours"]["calls"] += oc
@@ -220,10 +249,14 @@ def monte_carlo(samples: int, seed: int, with_search: bool) -> dict[str, Any]:
         }
         entry["meets_target"] = entry["calls_ratio"] <= 0.6 and ours["added_mean_s"] <= 1.0
         if with_search:
-            entry["grid_best"] = grid_search(name, xs, seed_["calls_mean"], seed_["added_mean_s"])
+            grids[name] = []
+            entry["grid_best"] = grid_search(name, xs, seed_["calls_mean"], seed_["added_mean_s"],
+                                             points=grids[name])
             entry["optimal_sequence"] = {
                 "fewest_calls_with_added_le_1s": optimal_for_budget(xs, max_added=1.0),
                 "fewest_calls_with_added_le_seed": optimal_for_budget(xs, max_added=seed_["added_mean_s"]),
+                "fewest_calls_with_added_le_seed_plus_1s": optimal_for_budget(xs,
+                                                                              max_added=seed_["added_mean_s"] + 1.0),
                 "least_added_with_calls_le_0_6x_seed": optimal_for_budget(xs, max_calls=0.6 * seed_["calls_mean"]),
             }
             for label, pick in entry["grid_best"].items():
@@ -236,9 +269,36 @@ def monte_carlo(samples: int, seed: int, with_search: bool) -> dict[str, Any]:
         per_kind[name] = entry
     ours_mix = _describe([int(c) for c in mix["ours"]["calls"]], mix["ours"]["added"])
     seed_mix = _describe([int(c) for c in mix["seed"]["calls"]], mix["seed"]["added"])
+    proposals: dict[str, Any] = {}
+    if with_search:  # each goal's grid picks for every kind, replayed together through PollSchedule (equal mix)
+        goals: dict[str, dict[str, Any]] = {}
+        mixed = mix_optimum(grids, max_calls=0.6 * seed_mix["calls_mean"])
+        if mixed is not None:
+            goals["mix_least_added_with_calls_le_0_6x_seed"] = mixed
+        for goal in ("fewest_calls_with_added_le_seed_plus_1s", "fewest_calls_with_added_le_seed",
+                     "fewest_calls_with_added_le_1s"):
+            goals[goal] = {name: per_kind[name]["grid_best"][goal] for name in KINDS}
+        for goal, picks in goals.items():
+            if any(p is None for p in picks.values()):
+                continue
+            calls: list[int] = []
+            added: list[float] = []
+            for name, pick in picks.items():
+                k2 = dataclasses.replace(_kind(name), first_poll_s=pick["first_poll_s"],
+                                         poll_interval_s=pick["poll_interval_s"])
+                c, a = replay_ours(k2, drawn[name])
+                calls += c
+                added += a
+            d = _describe(calls, added)
+            proposals[goal] = {
+                "values": {name: {"first_poll_s": p["first_poll_s"], "poll_interval_s": p["poll_interval_s"]}
+                           for name, p in picks.items()},
+                "mix": d, "calls_ratio": d["calls_mean"] / seed_mix["calls_mean"],
+                "added_vs_seed_s": d["added_mean_s"] - seed_mix["added_mean_s"]}
     return {
         "samples_per_kind": samples,
         "kinds": per_kind,
+        "proposals": proposals,
         "mix_equal_thirds": {"ours": ours_mix, "seed": seed_mix,
                              "calls_ratio": ours_mix["calls_mean"] / seed_mix["calls_mean"],
                              "added_vs_seed_s": ours_mix["added_mean_s"] - seed_mix["added_mean_s"],

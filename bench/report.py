@@ -240,6 +240,7 @@ def block_p4(p4: dict[str, Any]) -> str:
     for name, k in mc["kinds"].items():
         for goal, label in (("fewest_calls_with_added_le_1s", "added ≤ 1 s"),
                             ("fewest_calls_with_added_le_seed", "added ≤ seed's"),
+                            ("fewest_calls_with_added_le_seed_plus_1s", "added ≤ seed's + 1 s"),
                             ("least_added_with_calls_le_0_6x_seed", "calls ≤ 0.6× seed")):
             g = (k.get("grid_best") or {}).get(goal)
             d = (k.get("optimal_sequence") or {}).get(goal)
@@ -251,6 +252,22 @@ def block_p4(p4: dict[str, Any]) -> str:
                 f"{num(d['calls_mean'], 2)} calls ({num(d['calls_mean'] / k['seed']['calls_mean'], 2)}×), "
                 f"+{num(d['added_mean_s'], 2)} s")
             prows.append([name, label, gtxt, dtxt])
+    props = mc.get("proposals") or {}
+    if props:
+        goal_text = {"mix_least_added_with_calls_le_0_6x_seed": "mix ≤ 0.6× the seed's calls, least added latency",
+                     "fewest_calls_with_added_le_seed_plus_1s": "at most 1 s slower than the seed, fewest calls",
+                     "fewest_calls_with_added_le_seed": "never slower than the seed, fewest calls",
+                     "fewest_calls_with_added_le_1s": "added ≤ 1 s, fewest calls"}
+        prop_rows = []
+        for goal, pr in props.items():
+            vals = "; ".join(f"{name} {v['first_poll_s']:g} + {v['poll_interval_s']:g}·n"
+                             for name, v in pr["values"].items())
+            prop_rows.append([goal_text.get(goal, goal), vals, f"{num(pr['mix']['calls_mean'], 2)} "
+                              f"({num(pr['calls_ratio'], 2)}×)", f"{num(pr['mix']['added_mean_s'], 2)} / "
+                              f"{num(pr['mix']['added_p95_s'], 2)}"])
+        out += ["", "Per-kind values for `methods.py` (first_poll_s + poll_interval_s·n), replayed together through "
+                    "`PollSchedule` on the equal mix:", "",
+                table(["goal", "values", "calls/solve (÷ seed)", "added mean / p95, s"], prop_rows)]
     out += ["", "Schedules searched for each goal (grid: first poll and interval in 0.25 s steps, checked again "
                 "through `PollSchedule` with its jitter; DP: the best poll sequence for the distribution, any "
                 "spacing):", "",
