@@ -726,6 +726,11 @@ def test_docs_show_every_panel_query_and_every_alert(tmp_path: Path) -> None:
         assert re.search(rf"^### {rule['alert']}$", text, re.M), f"docs/metrics.md: no section for {rule['alert']}"
         assert " ".join(rule["expr"].split()) in flat, f"docs/metrics.md: {rule['alert']} expr differs"
         assert f"`for: {rule['for']}`" in text
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["prometheusRule"]["alerts"]
+    for alert, key in ALERT_VALUES.items():
+        v = values[key]
+        row = f"| {alert} | `{key}` | {v['for']} | {v['severity']} |"
+        assert row in text, f"docs/metrics.md: the alerts table should have {row}"
 
 
 # -- manifests ----------------------------------------------------------------------------------------------------
