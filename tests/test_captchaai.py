@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qs
 from collections.abc import AsyncIterator
 
 import pytest
@@ -122,8 +123,9 @@ async def test_key_travels_in_the_body_never_in_the_url(api: CaptchaAI, mock: ai
     await api.submit("turnstile", {"sitekey": "s", "pageurl": "https://p"})
     ((method, url), calls), = mock.requests.items()
     assert method == "POST" and KEY not in str(url)
-    form = calls[0].kwargs["data"]
-    fields = {f[0]["name"]: f[2] for f in form._fields}
+    body = calls[0].kwargs["data"]
+    assert isinstance(body, bytes) and calls[0].kwargs["headers"]["Content-Type"] == "application/x-www-form-urlencoded"
+    fields = {k: v[0] for k, v in parse_qs(body.decode()).items()}
     assert fields["key"] == KEY and fields["method"] == "turnstile" and fields["json"] == "1"
 
 

@@ -29,12 +29,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from captcha_worker import methods, metrics
 from captcha_worker.config import Secret
+
+_FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 class ErrorClass(enum.Enum):
@@ -234,13 +237,14 @@ class CaptchaAI:
             self._session = None
 
     # low level ----------------------------------------------------------------------------------------
-    async def _post_once(self, path: str, endpoint: str, form: aiohttp.FormData) -> Reply:
+    async def _post_once(self, path: str, endpoint: str, form: aiohttp.FormData | bytes) -> Reply:
         if self._session is None:
             raise RuntimeError("CaptchaAI client used outside 'async with'")
         started = time.monotonic()
         code = "OK"
         try:
-            async with self._session.post(f"{self.base_url}/{path}", data=form) as resp:
+            headers = _FORM_HEADERS if isinstance(form, bytes) else None
+            async with self._session.post(f"{self.base_url}/{path}", data=form, headers=headers) as resp:
                 body = await resp.read()
                 reply = parse_reply(resp.status, body, endpoint)
                 code = "CAPCHA_NOT_READY" if reply.extra.get("not_ready") else "OK"
@@ -278,14 +282,16 @@ class CaptchaAI:
                 return await self._post_once(path, endpoint, self._form(fields, file))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _form(self, fields: Mapping[str, str], file: tuple[str, bytes] | None) -> aiohttp.FormData:
+    def _form(self, fields: Mapping[str, str], file: tuple[str, bytes] | None) -> aiohttp.FormData | bytes:
+        """The request body: urlencoded bytes (cheap), or multipart when an image file is uploaded."""
+        if file is None:
+            return urlencode({"key": self._key.value, "json": "1", **fields}).encode()
         form = aiohttp.FormData()
         form.add_field("key", self._key.value)
         form.add_field("json", "1")
         for name, value in fields.items():
             form.add_field(name, value)
-        if file is not None:
-            form.add_field("file", file[1], filename=file[0], content_type="application/octet-stream")
+        form.add_field("file", file[1], filename=file[0], content_type="application/octet-stream")
         return form
 
     # API ------------------------------------------------------------------------------------------------

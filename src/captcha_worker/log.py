@@ -25,8 +25,9 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return _CREDENTIALS.sub(r"\1:***@", text)
+            if secret in text:
+                text = text.replace(secret, "***")
+        return _CREDENTIALS.sub(r"\1:***@", text) if "@" in text else text
 
 
 class JsonFormatter(logging.Formatter):

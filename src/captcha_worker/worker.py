@@ -191,7 +191,8 @@ class Worker:
     async def _pause(self, seconds: float) -> bool:
         """Sleep, but wake up at once when the worker closes. True when closing."""
         with suppress(TimeoutError):
-            await asyncio.wait_for(self._closing.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._closing.wait()
         return self._closing.is_set()
 
     async def _say_goodbye(self) -> None:
@@ -258,7 +259,8 @@ class Worker:
             if room <= 0:
                 self._wake.clear()
                 with suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                    async with asyncio.timeout(1.0):
+                        await self._wake.wait()
                 continue
             claimed = await self._redis("claim", self.queue.claim, room, lease_s=lease)
             if not claimed:
@@ -425,8 +427,8 @@ class Worker:
             metrics.TOKEN_AGE.observe(max(0.0, time.time() - solved_at))
         if won and self.cfg.compat_results_hash:
             await self._redis("compat_results", self.queue.write_seed_result, full)
-        event(log, "task_done", id=result.id, kind=label, status=outcome, code=result.code, attempts=job.attempts,
-              api_calls=full.api_calls, seconds=round(finished - job.claimed_at, 3))
+        event(log, "task_done", logging.DEBUG, id=result.id, kind=label, status=outcome, code=result.code,
+              attempts=job.attempts, api_calls=full.api_calls, seconds=round(finished - job.claimed_at, 3))
 
     async def _bury(self, job: Job, reason: str, code: str, *, task_id: str | None, reply_to: str | None,
                     body: str | None, raw: str | None) -> None:
