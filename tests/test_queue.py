@@ -8,7 +8,7 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from captcha_worker.queue import DeadLetter, Keys, Queue, dead_entry
+from captcha_worker.queue import Ack, DeadLetter, Keys, Queue, dead_entry
 from captcha_worker.task import Result, Status
 
 
@@ -261,3 +261,14 @@ async def test_stats_counts_lists_budget_and_workers(q: Queue) -> None:
     s = await q.stats()
     assert (s.pending, s.processing, s.dead, s.budget_in_use, s.workers_alive) == (3, 1, 0, 2, 1)
     assert await q.depths() == (3, 1, 0)
+
+
+async def test_ack_many_acknowledges_a_batch_in_one_round_trip(q: Queue, any_redis: Redis) -> None:
+    await q.push([("a", body("a", "p")), ("b", body("b", "p"))], ttl=100)
+    a, b = await q.claim(2, lease_s=30)
+    acks = [Ack(a.item, Result("a", Status.SOLVED, solution="1"), "p"),
+            Ack(b.item, Result("b", Status.ERROR, code="X"), "p"),
+            Ack(a.item, Result("a", Status.SOLVED, solution="2"), "p")]
+    assert await q.ack_many(acks, result_ttl=60, reply_ttl=60) == [True, True, False]
+    assert [Result.from_json(r).id for r in await any_redis.lrange(q.keys.reply("p"), 0, -1)] == ["a", "b"]
+    assert await any_redis.llen(q.keys.processing) == 0

@@ -331,6 +331,13 @@ class Claimed:
 
 
 @dataclass(frozen=True)
+class Ack:
+    item: str  # as in processing
+    result: Result | None  # None: drop the item (its result exists already)
+    reply_to: str | None = None
+
+
+@dataclass(frozen=True)
 class QueueStats:
     pending: int
     processing: int
@@ -470,12 +477,20 @@ class Queue:
     async def ack(self, item: str, result: Result | None, *, reply_to: str | None = None, result_ttl: int = 0,
                   reply_ttl: int = 0) -> bool:
         """Finish an item with a result (None: drop it, a result exists). True if this result won."""
+        (won,) = await self.ack_many([Ack(item, result, reply_to)], result_ttl=result_ttl, reply_ttl=reply_ttl)
+        return won
+
+    async def ack_many(self, acks: Sequence[Ack], *, result_ttl: int, reply_ttl: int) -> list[bool]:
+        """ACK several items in one round trip (one ACK script call each, pipelined)."""
         k = self.keys
-        tid = result.id if result else item
-        won = await self._ack(
-            keys=[k.processing, k.leases, k.task(tid), k.result(tid), self._reply_key(reply_to, tid)],
-            args=[item, result.to_json() if result else "", result_ttl, reply_ttl])
-        return bool(won)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for a in acks:
+                tid = a.result.id if a.result else a.item
+                await self._ack(keys=[k.processing, k.leases, k.task(tid), k.result(tid),
+                                      self._reply_key(a.reply_to, tid)],
+                                args=[a.item, a.result.to_json() if a.result else "", result_ttl, reply_ttl],
+                                client=pipe)
+            return [bool(won) for won in await pipe.execute()]
 
     async def bury(self, item: str, entry: str, *, result: Result | None, reply_to: str | None,
                    dead_max: int, result_ttl: int, reply_ttl: int) -> bool:

@@ -53,7 +53,7 @@ from captcha_worker.captchaai import (
 from captcha_worker.config import RedisConfig, WorkerConfig
 from captcha_worker.log import event
 from captcha_worker.methods import Kind
-from captcha_worker.queue import Claimed, Queue, dead_entry, is_raw_item
+from captcha_worker.queue import Ack, Claimed, Queue, dead_entry, is_raw_item
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task
 
 log = logging.getLogger("captcha_worker.worker")
@@ -119,6 +119,7 @@ class Worker:
         self._stop = asyncio.Event()  # SIGTERM: stop claiming
         self._closing = asyncio.Event()  # jobs are done: background loops end
         self._tasks: set[asyncio.Task[None]] = set()
+        self._acks = AckBatcher(self._ack_many)
 
     # -- readiness ----------------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
@@ -415,8 +416,7 @@ class Worker:
                             finished_at=finished),
             token_lifetime_s=kind.token_lifetime_s if kind and result.status is Status.SOLVED else None,
         )
-        won = await self._redis("ack", self.queue.ack, job.item, full, reply_to=task.reply_to if task else None,
-                                result_ttl=self.cfg.result_ttl_seconds, reply_ttl=REPLY_TTL_S)
+        won = await self._acks.ack(Ack(job.item, full, task.reply_to if task else None))
         label = metrics.kind_label(kind.name if kind else None)
         outcome = result.status.value if won else "duplicate"
         metrics.TASKS.labels(label, outcome).inc()
@@ -450,6 +450,11 @@ class Worker:
                           last_error=why)
         metrics.TASKS.labels(metrics.kind_label(job.task.kind.name if job.task else None), "released").inc()
         event(log, "task_released", id=_item_ref(job.item), why=why, attempt_refunded=refund)
+
+    async def _ack_many(self, acks: list[Ack]) -> list[bool]:
+        won = await self._redis("ack", self.queue.ack_many, acks, result_ttl=self.cfg.result_ttl_seconds,
+                                reply_ttl=REPLY_TTL_S)
+        return won if won is not None else [False] * len(acks)
 
     # -- fatal state --------------------------------------------------------------------------------------
     def _enter_fatal(self, code: str) -> None:
@@ -555,6 +560,37 @@ class Worker:
                 metrics.LEASES_REAPED.labels("expired").inc(expired)
                 metrics.LEASES_REAPED.labels("orphaned").inc(orphaned)
                 event(log, "leases_reaped", logging.WARNING, expired=expired, orphaned=orphaned)
+
+
+class AckBatcher:
+    """Jobs that finish in the same event-loop turn are acknowledged together: one round trip for all."""
+
+    def __init__(self, flush: Callable[[list[Ack]], Awaitable[list[bool]]], max_batch: int = 500) -> None:
+        self._flush = flush
+        self._max = max_batch
+        self._pending: list[tuple[Ack, asyncio.Future[bool]]] = []
+        self._runner: asyncio.Task[None] | None = None
+
+    async def ack(self, ack: Ack) -> bool:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._pending.append((ack, fut))
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run())
+        return await fut
+
+    async def _run(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[: self._max], self._pending[self._max:]
+            try:
+                won = await self._flush([a for a, _ in batch])
+            except Exception as exc:  # handed to each waiting job
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for (_, fut), w in zip(batch, won, strict=True):
+                if not fut.done():
+                    fut.set_result(w)
 
 
 def _item_ref(item: str) -> str:
