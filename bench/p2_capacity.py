@@ -64,7 +64,7 @@ async def _submit_staggered(url: str, level: int, spread_s: float, backlog: int)
 
 
 def one_level(level: int, *, subwindows: int, subwindow_s: float, settle_s: float,
-              ramp_s: float) -> dict[str, Any]:
+              ramp_s: float, idle_s: float) -> dict[str, Any]:
     with RedisServer() as rs, SimulatorProcess(["--threads", str(max(10 * level, 1000)), "--latency", LATENCY,
                                                 "--speed", "1"]) as sim:
         env = worker_env(rs.url, concurrency=level, threads=level, api_url=sim.url)
@@ -81,6 +81,10 @@ def one_level(level: int, *, subwindows: int, subwindow_s: float, settle_s: floa
                     raise RuntimeError(f"P2: worker did not start at level {level}")
                 time.sleep(0.05)
             t0 = time.monotonic()
+            # the worker with its slots and budget but no task: its CPU floor (timers, heartbeats, blocking claim)
+            i0, it0 = _cpu(wp), time.monotonic()
+            time.sleep(idle_s)
+            idle_cores = (_cpu(wp) - i0) / (time.monotonic() - it0)
             asyncio.run(_submit_staggered(rs.url, level, ramp_s, 3 * level))
             ramp_took = time.monotonic() - t0
             time.sleep(settle_s)
@@ -114,6 +118,7 @@ def one_level(level: int, *, subwindows: int, subwindow_s: float, settle_s: floa
     return {
         "level": level,
         "ramp_s": ramp_took,
+        "idle_cores": idle_cores,
         "cores": summary([w["cores"] for w in windows]),
         "rss_mib": summary([w["rss_mib"] for w in windows]),
         "simulator_cores": summary([w["simulator_cores"] for w in windows]),
@@ -132,12 +137,35 @@ def one_level(level: int, *, subwindows: int, subwindow_s: float, settle_s: floa
     }
 
 
+_CALIBRATION = """
+import asyncio, time
+async def main():
+    async def tick(p):
+        while True:
+            await asyncio.sleep(p)
+    ticks = [asyncio.create_task(tick(p)) for p in (0.2, 1.0, 1.0, 5.0)]
+    t0 = time.process_time()
+    await asyncio.sleep(SECONDS)
+    print((time.process_time() - t0) / SECONDS)
+asyncio.run(main())
+"""
+
+
+def calibration(seconds: float) -> float:
+    """CPU of a bare asyncio process with four timers (0.2, 1, 1, 5 s): what this machine charges for wake-ups."""
+    out = subprocess.run([sys.executable, "-c", _CALIBRATION.replace("SECONDS", str(seconds))], capture_output=True,
+                         text=True, check=True).stdout
+    return float(out.strip())
+
+
 def run(*, levels: list[int], subwindows: int, subwindow_s: float, settle_s: float,
-        ramp_s: float = 20.0) -> dict[str, Any]:
+        ramp_s: float = 20.0, idle_s: float = 5.0) -> dict[str, Any]:
+    bare = calibration(idle_s)
+    log(f"P2 calibration: a bare asyncio process with four timers uses {bare:.3f} cores here")
     results = []
     for level in levels:
         res = one_level(level, subwindows=subwindows, subwindow_s=subwindow_s, settle_s=settle_s,
-                        ramp_s=ramp_s)
+                        ramp_s=ramp_s, idle_s=idle_s)
         log(f"P2 level {level}: {res['cores']['median']:.3f} cores, {res['rss_mib']['median']:.0f} MiB, "
             f"processing min {res['processing']['min']}, sim in_flight median {res['sim_in_flight']['median']}, "
             f"{res['api_requests_per_s']:.0f} API req/s, simulator {res['simulator_cores']['median']:.2f} cores")
@@ -147,12 +175,13 @@ def run(*, levels: list[int], subwindows: int, subwindow_s: float, settle_s: flo
     t = at[target_level]
     return {
         "params": {"levels": levels, "latency": LATENCY, "speed": 1, "subwindows": subwindows,
-                   "subwindow_s": subwindow_s, "settle_s": settle_s, "ramp_s": ramp_s,
+                   "subwindow_s": subwindow_s, "settle_s": settle_s, "ramp_s": ramp_s, "idle_s": idle_s,
                    "load": "level tasks spread evenly over ramp_s (uniform solve phases), then a backlog of "
                            "3 x level",
                    "worker": "captcha-worker run (subprocess), WORKER_CONCURRENCY = CAPTCHAAI_THREADS = level, "
                              "LOG_LEVEL info, stdout to /dev/null",
                    "repetitions": "consecutive sub-windows of one steady-state run per level"},
+        "bare_asyncio_timers_cores": bare,
         "levels": results,
         "targets": {
             "level": target_level,

@@ -63,7 +63,8 @@ def block_machine(res: dict[str, dict[str, Any]]) -> str:
         ["Python", m["python"]],
         ["redis-server", m["redis_server"]],
         ["packages", ", ".join(f"{k} {v}" for k, v in pk.items() if v)],
-        ["code", f"commit {m['git_commit']}" + (" (src/ modified)" if m.get("src_dirty") else "")],
+        ["code", ", ".join(sorted({f"{n.split('_')[0].upper()} {d.get('git_commit_at_start') or m['git_commit']}"
+                                   for n, d in res.items()})) + (" (src/ modified)" if m.get("src_dirty") else "")],
     ]
     runs = ", ".join(f"{name.split('_')[0].upper()} {doc['generated_at']} ({doc['duration_s']:.0f} s)"
                      for name, doc in res.items())
@@ -172,7 +173,8 @@ def block_p1(p1: dict[str, Any]) -> str:
 def block_p2(p2: dict[str, Any]) -> str:
     rows = []
     for lv in p2["levels"]:
-        rows.append([f"{lv['level']:,}", med(lv["cores"], 3), med(lv["rss_mib"]),
+        rows.append([f"{lv['level']:,}", med(lv["cores"], 3),
+                     num(lv.get("idle_cores"), 3) if lv.get("idle_cores") is not None else "–", med(lv["rss_mib"]),
                      f"{num(lv['processing']['min'])} / {num(lv['processing']['median'])}",
                      num(lv["sim_in_flight"]["median"]), num(lv["api_requests_per_s"]),
                      "yes" if lv["sustained"] else "no", med(lv["simulator_cores"], 2)])
@@ -181,8 +183,10 @@ def block_p2(p2: dict[str, Any]) -> str:
         f"`captcha-worker run`, simulator `--latency {par['latency']} --speed 1`; each level ramps over "
         f"{par['ramp_s']:g} s, settles {par['settle_s']:g} s, then {par['subwindows']} windows of "
         f"{par['subwindow_s']:g} s. Median (min–max) of the windows.", "",
-        table(["in flight", "worker CPU, cores", "worker RSS, MiB", "claimed (min / median)",
+        table(["in flight", "worker CPU, cores", "same worker idle, cores", "worker RSS, MiB", "claimed (min / median)",
                "in flight at the simulator (median)", "API requests/s", "held", "simulator CPU, cores"], rows),
+        "", f"Calibration: a bare asyncio process with four timers (0.2, 1, 1, 5 s) and nothing else uses "
+            f"{num(p2.get('bare_asyncio_timers_cores'), 3)} cores on this machine.",
         "", "![P2 capacity](img/bench-capacity.png)"])
 
 

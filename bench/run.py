@@ -54,7 +54,7 @@ def _p2(smoke: bool, profile: Path | None) -> dict[str, Any]:
     from bench import p2_capacity
 
     if smoke:
-        return p2_capacity.run(levels=[20], subwindows=3, subwindow_s=1.0, settle_s=0.2, ramp_s=1.0)
+        return p2_capacity.run(levels=[20], subwindows=3, subwindow_s=1.0, settle_s=0.2, ramp_s=1.0, idle_s=0.5)
     return p2_capacity.run(levels=[250, 500, 1000, 2000], subwindows=3, subwindow_s=10.0, settle_s=2.0,
                            ramp_s=20.0)
 
@@ -108,9 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     for key in chosen:
         started = time.monotonic()
         load_before = os.getloadavg()[0]
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=False).stdout.strip() or None
         log(f"{key} ({NAMES[key]}){' smoke' if ns.smoke else ''} ... (load average {load_before:.1f})")
         data = RUNNERS[key](ns.smoke, profile)
         data.setdefault("load_average_1m", [load_before, os.getloadavg()[0]])
+        data["git_commit_at_start"] = commit
         path = write_result(out, NAMES[key], data, smoke=ns.smoke, started=started)
         log(f"{key} done in {time.monotonic() - started:.0f}s -> {path}")
     if not ns.smoke and not ns.no_docs:
