@@ -272,3 +272,24 @@ async def test_ack_many_acknowledges_a_batch_in_one_round_trip(q: Queue, any_red
     assert await q.ack_many(acks, result_ttl=60, reply_ttl=60) == [True, True, False]
     assert [Result.from_json(r).id for r in await any_redis.lrange(q.keys.reply("p"), 0, -1)] == ["a", "b"]
     assert await any_redis.llen(q.keys.processing) == 0
+
+
+async def test_batches_survive_a_flushed_script_cache(q: Queue, any_redis: Redis) -> None:
+    await any_redis.script_flush()
+    assert await q.push([("a", body("a")), ("b", body("b"))], ttl=100, batch=1) == 2
+    a, b = await q.claim(2, lease_s=30)
+    await any_redis.script_flush()
+    assert await q.ack_many([Ack(a.item, Result("a", Status.SOLVED)), Ack(b.item, Result("b", Status.SOLVED))],
+                            result_ttl=60, reply_ttl=60) == [True, True]
+    assert await any_redis.llen(q.keys.processing) == 0
+
+
+async def test_a_batch_is_one_round_trip_without_script_exists(redis: Redis) -> None:
+    """redis-py sends SCRIPT EXISTS before every pipeline holding a registered script; ours must not."""
+    q = Queue(redis, "tq")
+    await q.push([("warm", body("warm"))], ttl=100)  # scripts loaded
+    await redis.config_resetstat()
+    await q.push([(f"t{i}", body(f"t{i}")) for i in range(10)], ttl=100, batch=4)
+    stats = await redis.info("commandstats")
+    assert "cmdstat_script|exists" not in stats and "cmdstat_script" not in stats
+    assert stats["cmdstat_evalsha"]["calls"] == 3

@@ -265,11 +265,21 @@ class CaptchaAI:
 
     async def _call(self, path: str, endpoint: str, fields: Mapping[str, str],
                     file: tuple[str, bytes] | None = None, stats: SolveStats | None = None) -> Reply:
-        """One logical request: transient failures retried with exponential backoff + jitter, bounded."""
+        """One logical request: transient failures retried with exponential backoff + jitter, bounded.
+
+        The first try goes out directly; tenacity's machinery is built only once a try has failed.
+        """
         r = self.retry
+        try:
+            return await self._attempt(path, endpoint, fields, file, stats)
+        except TransientError:
+            if r.transient_attempts <= 1:
+                raise
+        metrics.RETRIES.labels("transient").inc()
+        await asyncio.sleep(r.transient_initial_s * (1 + random.random()))
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(r.transient_attempts),
-            wait=wait_exponential_jitter(multiplier=r.transient_initial_s, max=r.transient_max_s,
+            stop=stop_after_attempt(r.transient_attempts - 1),
+            wait=wait_exponential_jitter(multiplier=2 * r.transient_initial_s, max=r.transient_max_s,
                                         jitter=r.transient_initial_s),
             retry=retry_if_exception_type(TransientError),
             before_sleep=lambda _: metrics.RETRIES.labels("transient").inc(),
@@ -277,10 +287,14 @@ class CaptchaAI:
         )
         async for attempt in retrying:
             with attempt:
-                if stats is not None:
-                    stats.api_calls += 1
-                return await self._post_once(path, endpoint, self._form(fields, file))
+                return await self._attempt(path, endpoint, fields, file, stats)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _attempt(self, path: str, endpoint: str, fields: Mapping[str, str], file: tuple[str, bytes] | None,
+                       stats: SolveStats | None) -> Reply:
+        if stats is not None:
+            stats.api_calls += 1
+        return await self._post_once(path, endpoint, self._form(fields, file))
 
     def _form(self, fields: Mapping[str, str], file: tuple[str, bytes] | None) -> aiohttp.FormData | bytes:
         """The request body: urlencoded bytes (cheap), or multipart when an image file is uploaded."""

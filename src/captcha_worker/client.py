@@ -25,7 +25,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -265,23 +265,12 @@ class CaptchaQueue:
         built = [(*self._task(s.method, s.params, s.deadline, tid, now), s.priority) for s, tid in zip(specs, ids,
                                                                                                          strict=True)]
         for front in (False, True):
-            await self._push_batched([(t.id, body) for t, body, p in built if p is front], batch, front)
+            group = [(t.id, body) for t, body, p in built if p is front]
+            if group:
+                await self._guarded(self.queue.push(group, ttl=self.task_ttl, front=front, batch=batch))
         self._own.update(ids)
         self._ensure_listener()
         return ids
-
-    async def _push_batched(self, pairs: Sequence[tuple[str, str]], batch: int, front: bool) -> None:
-        if not pairs:
-            return
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for i in range(0, len(pairs), batch):
-                chunk = pairs[i:i + batch]
-                keys = [self.keys.pending, *(self.keys.task(tid) for tid, _ in chunk)]
-                args: list[Any] = [self.task_ttl, "1" if front else "0"]
-                for tid, body in chunk:
-                    args += [tid, body]
-                await self.queue._push(keys=keys, args=args, client=pipe)
-            await self._guarded(pipe.execute())
 
     async def _guarded(self, aw: Awaitable[T]) -> T:
         try:

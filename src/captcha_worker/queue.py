@@ -49,7 +49,9 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from redis import exceptions as rexc
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
 from captcha_worker.task import Result
 
@@ -253,9 +255,11 @@ redis.call('RPUSH', KEYS[2], ARGV[2])
 return 1
 """
 
-# KEYS[1] budget  KEYS[2] workers | ARGV[1] worker alive window s.  Cluster-wide live counts for `stats`.
-_LIVE = _NOW + """
-return {redis.call('ZCOUNT', KEYS[1], now, '+inf'), redis.call('ZCOUNT', KEYS[2], now - tonumber(ARGV[1]), '+inf')}
+# KEYS[1] pending  KEYS[2] processing  KEYS[3] dead  KEYS[4] budget  KEYS[5] workers | ARGV[1] worker alive
+# window s.   Everything `stats` shows, in one call.
+_STATS = _NOW + """
+return {redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[2]), redis.call('LLEN', KEYS[3]),
+        redis.call('ZCOUNT', KEYS[4], now, '+inf'), redis.call('ZCOUNT', KEYS[5], now - tonumber(ARGV[1]), '+inf')}
 """
 
 
@@ -401,18 +405,20 @@ class Queue:
         self._renew, self._adopt, self._ack = reg(_RENEW), reg(_ADOPT), reg(_ACK)
         self._bury, self._release, self._reap = reg(_BURY), reg(_RELEASE), reg(_REAP)
         self._budget_acquire, self._heartbeat = reg(_BUDGET_ACQUIRE), reg(_HEARTBEAT)
-        self._requeue_dead, self._live = reg(_REQUEUE_DEAD), reg(_LIVE)
+        self._requeue_dead, self._stats = reg(_REQUEUE_DEAD), reg(_STATS)
 
     # producer ---------------------------------------------------------------------------------------------
-    async def push(self, tasks: Sequence[tuple[str, str]], *, ttl: int, front: bool = False) -> int:
-        """Store (id, body) pairs and enqueue their ids, in one script call."""
-        if not tasks:
-            return 0
-        keys = [self.keys.pending, *(self.keys.task(tid) for tid, _ in tasks)]
-        args: list[str | int] = [ttl, "1" if front else "0"]
-        for tid, body in tasks:
-            args += [tid, body]
-        return int(await self._push(keys=keys, args=args))
+    async def push(self, tasks: Sequence[tuple[str, str]], *, ttl: int, front: bool = False,
+                   batch: int = 500) -> int:
+        """Store (id, body) pairs and enqueue their ids: one PUSH call per `batch` tasks, all pipelined."""
+        calls = []
+        for i in range(0, len(tasks), batch):
+            chunk = tasks[i:i + batch]
+            args: list[Any] = [ttl, "1" if front else "0"]
+            for tid, body in chunk:
+                args += [tid, body]
+            calls.append(([self.keys.pending, *(self.keys.task(tid) for tid, _ in chunk)], args))
+        return sum(int(n) for n in await self._run_many(self._push, calls)) if calls else 0
 
     async def get_result(self, task_id: str) -> str | None:
         return _str_or_none(await self.redis.get(self.keys.result(task_id)))
@@ -483,14 +489,28 @@ class Queue:
     async def ack_many(self, acks: Sequence[Ack], *, result_ttl: int, reply_ttl: int) -> list[bool]:
         """ACK several items in one round trip (one ACK script call each, pipelined)."""
         k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for a in acks:
-                tid = a.result.id if a.result else a.item
-                await self._ack(keys=[k.processing, k.leases, k.task(tid), k.result(tid),
-                                      self._reply_key(a.reply_to, tid)],
-                                args=[a.item, a.result.to_json() if a.result else "", result_ttl, reply_ttl],
-                                client=pipe)
-            return [bool(won) for won in await pipe.execute()]
+        calls = []
+        for a in acks:
+            tid = a.result.id if a.result else a.item
+            calls.append(([k.processing, k.leases, k.task(tid), k.result(tid), self._reply_key(a.reply_to, tid)],
+                          [a.item, a.result.to_json() if a.result else "", result_ttl, reply_ttl]))
+        return [bool(won) for won in await self._run_many(self._ack, calls)]
+
+    async def _run_many(self, script: AsyncScript, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Calls of one script in one pipelined round trip. EVALSHA directly: redis-py would otherwise send a
+        SCRIPT EXISTS round trip before every pipeline. On NOSCRIPT (Redis restarted or flushed its scripts)
+        the script is loaded and the batch sent again: then no call of the batch has run, as they share it."""
+        for attempt in (1, 2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                try:
+                    return list(await pipe.execute())
+                except rexc.NoScriptError:
+                    if attempt == 2:
+                        raise
+            await as_awaitable(self.redis.script_load(script.script))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def bury(self, item: str, entry: str, *, result: Result | None, reply_to: str | None,
                    dead_max: int, result_ttl: int, reply_ttl: int) -> bool:
@@ -527,13 +547,8 @@ class Queue:
     # inspection and operations ----------------------------------------------------------------------------
     async def stats(self, *, worker_alive_s: float = 60) -> QueueStats:
         k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.llen(k.pending)
-            pipe.llen(k.processing)
-            pipe.llen(k.dead)
-            await self._live(keys=[k.budget, k.workers], args=[worker_alive_s], client=pipe)
-            pending, processing, dead, (budget, workers) = await pipe.execute()
-        return QueueStats(int(pending), int(processing), int(dead), int(budget), int(workers))
+        counts = await self._stats(keys=[k.pending, k.processing, k.dead, k.budget, k.workers], args=[worker_alive_s])
+        return QueueStats(*(int(c) for c in counts))
 
     async def depths(self) -> tuple[int, int, int]:
         """LLEN of pending, processing, dead in one round trip (cheap; for the metrics gauges)."""

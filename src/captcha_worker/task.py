@@ -26,6 +26,7 @@ from captcha_worker import methods
 MAX_ID_LENGTH = 128
 _ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 _REPLY_RE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+_JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps(separators=...) builds one per call
 #: params the worker sets itself; a task may not carry them
 RESERVED_PARAMS = frozenset({"key", "json", "method", "soft_id", "header_acao", "pingback"})
 
@@ -51,7 +52,7 @@ class Task:
             data["deadline"] = self.deadline
         if self.reply_to is not None:
             data["reply_to"] = self.reply_to
-        return json.dumps(data, separators=(",", ":"))
+        return _JSON.encode(data)
 
     def expired(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
@@ -243,7 +244,7 @@ class Result:
         data["attempts"] = self.attempts
         data["api_calls"] = self.api_calls
         data["timings"] = {k: v for k, v in vars(self.timings).items() if v is not None}
-        return json.dumps(data, separators=(",", ":"))
+        return _JSON.encode(data)
 
     @staticmethod
     def from_json(payload: bytes | str) -> Result:
