@@ -3,16 +3,17 @@
 Monte-Carlo: solve times are drawn with the simulator's own code (``SimConfig().latency_for(kind).sample``, the
 clipped normal of ``methods.KINDS``) and replayed against
 
-* ours: ``captchaai.PollSchedule(kind)`` — the worker's real schedule object (first poll, interval, 10 % jitter),
-  read from the code, so the figures follow whatever ``methods.py`` says today;
+* ours: the worker's real ``captchaai.PollSchedule`` and ``LatencyModel`` (first poll one standard deviation before
+  the expected solve time, then every half standard deviation within 1-2.5 s, 5 s in the tail, ±5 % jitter; the
+  model starts from ``methods.py`` and learns from every solve, as in the worker), read from the code;
 * seed: ``in.php``, then ``res.php`` every 5 s.
 
 calls = 1 (in.php) + polls until the first poll at or after the solve time; added latency = that poll's time −
 the solve time (when the worker learns the answer vs when it was ready).  Mixes: each kind alone and an equal
 mix of the three.
 
-Search: for each kind the best (first_poll_s, poll_interval_s) pair on a grid (deterministic model with the
-mean jitter), and the optimal poll *sequence* for the distribution (dynamic programming over poll times:
+Search: for each kind the best fixed (first poll, interval) pair on a grid (deterministic model), and the
+optimal poll *sequence* for the distribution (dynamic programming over poll times:
 minimum expected calls for a given mean added latency) — the bound any schedule can reach.
 
 Real run: the simulator (separate process, ``--speed S``) and one ``captcha-worker run`` (API_TIME_SCALE=S)
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import dataclasses
 import math
 import random
 import statistics
@@ -68,18 +68,35 @@ def sample_latencies(name: str, n: int, rng: random.Random) -> list[float]:
 
 # -- replaying schedules ------------------------------------------------------------------------------------
 def replay_ours(kind: Any, latencies: list[float]) -> tuple[list[int], list[float]]:
-    """The worker's PollSchedule (with its jitter) against each solve time."""
-    from captcha_worker.captchaai import PollSchedule
+    """The worker's schedule against each solve time, in order, learning from each solve as the worker does."""
+    from captcha_worker.captchaai import LatencyModel, PollSchedule
 
+    model = LatencyModel(kind.solve_mean_s, kind.solve_stddev_s)
     calls, added = [], []
     for x in latencies:
-        sched = PollSchedule(kind)
-        t, n = 0.0, 0
+        sched = PollSchedule(model.mean, model.stddev)
+        t, previous, n = 0.0, None, 0
         while True:
-            t += sched.delay(n)
+            t += sched.delay(n, t)
             n += 1
             if t >= x:
                 break
+            previous = t
+        model.observe_found(t, previous)
+        calls.append(1 + n)
+        added.append(t - x)
+    return calls, added
+
+
+def replay_first_interval(latencies: list[float], first: float, interval: float,
+                          rng: random.Random) -> tuple[list[int], list[float]]:
+    """A fixed first + interval·n schedule with the worker's ±5 % jitter on every delay."""
+    calls, added = [], []
+    for x in latencies:
+        t, n = first * rng.uniform(0.95, 1.05), 1
+        while t < x:
+            t += interval * rng.uniform(0.95, 1.05)
+            n += 1
         calls.append(1 + n)
         added.append(t - x)
     return calls, added
@@ -100,10 +117,10 @@ def _describe(calls: list[int], added: list[float]) -> dict[str, float]:
 
 
 # -- best (first, interval) on a grid -----------------------------------------------------------------------
-def grid_search(name: str, xs: list[float], seed_calls: float, seed_added: float, jitter: float = 1.05,
+def grid_search(name: str, xs: list[float], seed_calls: float, seed_added: float, jitter: float = 1.0,
                 points: list[tuple[float, float, float, float]] | None = None) -> dict[str, Any]:
-    """Best (first_poll_s, poll_interval_s) pairs for three goals, on a 0.25 s grid, with every delay stretched
-    by the schedule's mean jitter (the code adds 0-10 %)."""
+    """Best fixed (first poll, interval) pairs for each goal, on a 0.25 s grid (jitter: mean stretch of delays;
+    the worker's ±5 % averages out)."""
     import numpy as np
 
     arr = np.asarray(xs, dtype=float)
@@ -239,10 +256,14 @@ def monte_carlo(samples: int, seed: int, with_search: bool) -> dict[str, Any]:
         mix["seed"]["calls"] += sc
         mix["seed"]["added"] += sa
         ours, seed_ = _describe(oc, oa), _describe(sc, sa)
+        from captcha_worker.captchaai import PollSchedule
+
+        table = PollSchedule.for_kind(kind)
         entry: dict[str, Any] = {
             "latency": str(_latency(name)),
-            "schedule": {"first_poll_s": kind.first_poll_s, "poll_interval_s": kind.poll_interval_s,
-                         "jitter": "each delay x (1 + 0.1 U)"},
+            "schedule": {"first_poll_s": table.first, "poll_interval_s": table.interval,
+                         "tail_after_s": table.tail_after, "tail_interval_s": table.tail_interval,
+                         "jitter": "each delay x U(0.95, 1.05)", "learning": "LatencyModel, every solve"},
             "ours": ours, "seed": seed_,
             "calls_ratio": ours["calls_mean"] / seed_["calls_mean"],
             "added_vs_seed_s": ours["added_mean_s"] - seed_["added_mean_s"],
@@ -260,10 +281,9 @@ def monte_carlo(samples: int, seed: int, with_search: bool) -> dict[str, Any]:
                 "least_added_with_calls_le_0_6x_seed": optimal_for_budget(xs, max_calls=0.6 * seed_["calls_mean"]),
             }
             for label, pick in entry["grid_best"].items():
-                if pick is not None:  # re-check the pick through the real PollSchedule (with its jitter)
-                    k2 = dataclasses.replace(kind, first_poll_s=pick["first_poll_s"],
-                                             poll_interval_s=pick["poll_interval_s"])
-                    pick["checked_with_poll_schedule"] = _describe(*replay_ours(k2, xs))
+                if pick is not None:  # re-check the pick with the worker's ±5 % jitter
+                    pick["checked_with_poll_schedule"] = _describe(*replay_first_interval(
+                        xs, pick["first_poll_s"], pick["poll_interval_s"], rng))
                     pick["calls_ratio"] = pick["checked_with_poll_schedule"]["calls_mean"] / seed_["calls_mean"]
                     entry["grid_best"][label] = pick
         per_kind[name] = entry
@@ -284,9 +304,7 @@ def monte_carlo(samples: int, seed: int, with_search: bool) -> dict[str, Any]:
             calls: list[int] = []
             added: list[float] = []
             for name, pick in picks.items():
-                k2 = dataclasses.replace(_kind(name), first_poll_s=pick["first_poll_s"],
-                                         poll_interval_s=pick["poll_interval_s"])
-                c, a = replay_ours(k2, drawn[name])
+                c, a = replay_first_interval(drawn[name], pick["first_poll_s"], pick["poll_interval_s"], rng)
                 calls += c
                 added += a
             d = _describe(calls, added)
@@ -403,7 +421,7 @@ def run(*, samples: int, seed: int, speed: float, real_n: int, real_reps: int, s
     return {
         "params": {"kinds": list(KINDS), "seed_interval_s": SEED_INTERVAL_S, "mc_seed": seed,
                    "latency_source": "captcha_worker.simulator.SimConfig().latency_for(kind) (methods table)",
-                   "schedule_source": "captcha_worker.captchaai.PollSchedule(kind) (methods table)"},
+                   "schedule_source": "captcha_worker.captchaai.PollSchedule + LatencyModel (methods table, learning)"},
         "monte_carlo": mc,
         "real_run": real,
         "targets": {"p4_calls_le_0_6x_seed_and_added_le_1s_mix": mc["mix_equal_thirds"]["meets_target"],

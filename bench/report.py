@@ -225,7 +225,8 @@ def block_p4(p4: dict[str, Any]) -> str:
             ro, rs = rk["ours"], rk["seed"]
             real_txt = (f"{num(ro['calls']['median'], 2)} / {num(rs['calls']['median'], 2)}; "
                         f"+{num(ro['added_mean_s']['median'], 2)} / +{num(rs['added_mean_s']['median'], 2)} s")
-        rows.append([name, k["latency"], f"{k['schedule']['first_poll_s']:g} + {k['schedule']['poll_interval_s']:g}·n",
+        sch = k["schedule"]
+        rows.append([name, k["latency"], f"{sch['first_poll_s']:g} + {sch['poll_interval_s']:g}·n (learning)",
                      f"{num(o['calls_mean'], 2)} / {num(s['calls_mean'], 2)}", f"{num(k['calls_ratio'], 2)}×",
                      f"{num(o['added_mean_s'], 2)} / {num(o['added_p95_s'], 2)}",
                      f"{num(s['added_mean_s'], 2)} / {num(s['added_p95_s'], 2)}", ok(k["meets_target"]), real_txt])
@@ -235,7 +236,8 @@ def block_p4(p4: dict[str, Any]) -> str:
                  f"{num(mix['ours']['added_p95_s'], 2)}", f"{num(mix['seed']['added_mean_s'], 2)} / "
                  f"{num(mix['seed']['added_p95_s'], 2)}", ok(mix["meets_target"]), ""])
     out = [f"Monte-Carlo, {mc['samples_per_kind']:,} solves per kind (latency: the simulator's distribution; ours: "
-           f"`PollSchedule` from the code). Real run: simulator at speed {real.get('speed', '–')}, "
+           f"`PollSchedule` + `LatencyModel` from the code, learning from each solve; the schedule column shows "
+           f"where it starts, from `methods.py`). Real run: simulator at speed {real.get('speed', '–')}, "
            f"{real.get('tasks_per_kind', '–')} tasks per kind, {real.get('repetitions', '–')} repetitions, medians.",
            "", table(["kind", "latency mean:sd, s", "our schedule, s", "calls/solve ours / seed",
                       "ratio", "ours added mean / p95, s", "seed added mean / p95, s", "target",
@@ -269,12 +271,11 @@ def block_p4(p4: dict[str, Any]) -> str:
             prop_rows.append([goal_text.get(goal, goal), vals, f"{num(pr['mix']['calls_mean'], 2)} "
                               f"({num(pr['calls_ratio'], 2)}×)", f"{num(pr['mix']['added_mean_s'], 2)} / "
                               f"{num(pr['mix']['added_p95_s'], 2)}"])
-        out += ["", "Per-kind values for `methods.py` (first_poll_s + poll_interval_s·n), replayed together through "
-                    "`PollSchedule` on the equal mix:", "",
+        out += ["", "Fixed first + interval·n schedules per kind that the search found for each goal, replayed "
+                    "together on the equal mix (with ±5 % jitter):", "",
                 table(["goal", "values", "calls/solve (÷ seed)", "added mean / p95, s"], prop_rows)]
     out += ["", "Schedules searched for each goal (grid: first poll and interval in 0.25 s steps, checked again "
-                "through `PollSchedule` with its jitter; DP: the best poll sequence for the distribution, any "
-                "spacing):", "",
+                "with ±5 % jitter; DP: the best poll sequence for the distribution, any spacing):", "",
             table(["kind", "goal", "best first + interval·n", "best poll sequence (DP)"], prows)]
     return "\n".join(out)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import re
-from urllib.parse import parse_qs
 from collections.abc import AsyncIterator
+from urllib.parse import parse_qs
 
 import pytest
 from aioresponses import aioresponses
@@ -16,6 +17,7 @@ from captcha_worker.captchaai import (
     CaptchaAI,
     ErrorClass,
     FatalApiError,
+    LatencyModel,
     PollSchedule,
     RetryPolicy,
     SolveStats,
@@ -216,10 +218,38 @@ async def test_threadsinfo_balance_reportbad(api: CaptchaAI, mock: aioresponses)
     await api.reportbad("1")
 
 
-def test_poll_schedule_follows_the_methods_table() -> None:
-    s = PollSchedule(methods.by_name("recaptcha_v2"))
-    assert 40 <= s.delay(0) <= 44 and 5 <= s.delay(1) <= 5.5
-    assert PollSchedule(methods.by_name("recaptcha_v2"), scale=10).delay(0) < 4.5
+def test_poll_schedule_starts_from_the_methods_table() -> None:
+    turnstile = PollSchedule.for_kind(methods.by_name("turnstile"))  # 12 s ± 3 s
+    assert (turnstile.first, turnstile.interval, turnstile.tail_after) == (9.0, 1.5, 19.5)
+    recaptcha = PollSchedule.for_kind(methods.by_name("recaptcha_v2"))  # 60 s ± 15 s: interval capped at 2.5 s
+    assert (recaptcha.first, recaptcha.interval) == (45.0, 2.5)
+    assert 5.0 * 0.95 <= recaptcha.delay(5, elapsed=100.0) <= 5.0 * 1.05, "every 5 s in the tail"
+    assert 45 * 0.95 <= recaptcha.delay(0, elapsed=0.0) <= 45 * 1.05, "jitter is symmetric, ±5 %"
+    image = PollSchedule.for_kind(methods.by_name("image"))  # 5 s ± 1.5 s: interval at least 1 s
+    assert (image.first, image.interval) == (3.5, 1.0)
+    fast = PollSchedule.for_kind(methods.by_name("recaptcha_v2"), scale=10)
+    assert (fast.first, fast.interval, fast.tail_interval) == (4.5, 0.25, 0.5)
+
+
+def test_latency_model_follows_what_it_observes() -> None:
+    model = LatencyModel(12.0, 3.0)
+    for _ in range(200):
+        model.observe(20.0 + random.uniform(-1, 1))
+    assert 19.5 < model.mean < 20.5 and model.stddev < 1.5
+    assert PollSchedule(model.mean, model.stddev).first > 17, "polls move to where answers really arrive"
+    model.observe_found(elapsed_s=21.0, previous_poll_s=19.0)  # ready between 19 and 21 s
+    assert model.observed == 201
+
+
+async def test_solves_teach_the_schedule(api: CaptchaAI, mock: aioresponses) -> None:
+    kind = methods.by_name("image")
+    before = api.latency_model(kind).mean
+    for _ in range(5):
+        mock.post(IN, payload={"status": 1, "request": "1"})
+        mock.post(RES, payload={"status": 1, "request": "abc"})
+        await api.solve(kind, "base64", {"body": "aGk="}, deadline=_in(10))
+    model = api.latency_model(kind)
+    assert model.observed == 5 and model.mean < before, "answers found at the first poll pull the estimate down"
 
 
 def _in(seconds: float) -> float:

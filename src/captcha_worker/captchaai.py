@@ -24,6 +24,7 @@ import base64
 import binascii
 import enum
 import json
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -165,20 +166,72 @@ def _parse_json(data: Mapping[str, Any], endpoint: str) -> Reply:
     raise api_error("NON_JSON", endpoint, "JSON without status")
 
 
-class PollSchedule:
-    """When to call res.php for a kind: first after ``first_poll_s``, then every ``poll_interval_s``.
+class LatencyModel:
+    """A kind's solve time as this process sees it: a mean and a standard deviation that start from the
+    methods table and then follow the solves observed (exponentially weighted; the last ~25 weigh most).
 
-    ``scale`` shrinks both (the simulator's --speed, for tests and demos).
+    A solve is observed when a poll finds its answer: it became ready since the previous poll, so the sample is
+    the midpoint of that gap. The first poll only tells that it was ready *by then* (a censored sample); taking
+    half a standard deviation before it matches the expected ready time of those early answers when the model is
+    right, and keeps the estimate from drifting later (which would make first-poll hits more frequent).
     """
 
-    def __init__(self, kind: methods.Kind, scale: float = 1.0) -> None:
-        self.first = kind.first_poll_s / scale
-        self.interval = kind.poll_interval_s / scale
+    def __init__(self, mean_s: float, stddev_s: float, alpha: float = 0.04) -> None:
+        self.mean = mean_s
+        self.var = stddev_s**2
+        self.alpha = alpha
+        self.observed = 0
 
-    def delay(self, poll_number: int) -> float:
-        """Seconds to wait before poll `poll_number` (0-based), with up to 10% jitter."""
-        base = self.first if poll_number == 0 else self.interval
-        return base * (1 + 0.1 * random.random())
+    @property
+    def stddev(self) -> float:
+        return max(math.sqrt(self.var), 0.05 * self.mean)
+
+    def observe_found(self, elapsed_s: float, previous_poll_s: float | None) -> None:
+        """A poll `elapsed_s` after the submission found the answer; the poll before it (None: there was none)
+        was at `previous_poll_s`."""
+        gap = self.stddev if previous_poll_s is None else elapsed_s - previous_poll_s
+        self.observe(max(elapsed_s - gap / 2, 0.0))
+
+    def observe(self, seconds: float) -> None:
+        delta = seconds - self.mean
+        self.mean = max(self.mean + self.alpha * delta, 1e-3)
+        self.var = (1 - self.alpha) * (self.var + self.alpha * delta * delta)
+        self.observed += 1
+
+
+class PollSchedule:
+    """When to call res.php: the first poll one standard deviation before the expected solve time, then every
+    half standard deviation (1 to 2.5 s) until the tail (mean + 2.5 sd), then every 5 s; ±5 % jitter.
+
+    Latency before calls: the plan's threads are what users pay for, and a worker holds its thread from the
+    moment an answer is ready until it fetches it, so polls are dense where answers arrive (docs/benchmarks.md,
+    P4, measures the trade-off against the seed design's fixed 5 s). `scale` divides the bounds (it pairs with
+    the simulator's --speed); mean and stddev are in the same scaled seconds.
+    """
+
+    MIN_INTERVAL_S = 1.0
+    MAX_INTERVAL_S = 2.5
+    TAIL_INTERVAL_S = 5.0
+
+    def __init__(self, mean_s: float, stddev_s: float, scale: float = 1.0) -> None:
+        low, high = self.MIN_INTERVAL_S / scale, self.MAX_INTERVAL_S / scale
+        self.first = max(mean_s - stddev_s, low)
+        self.interval = min(max(stddev_s / 2, low), high)
+        self.tail_after = mean_s + 2.5 * stddev_s
+        self.tail_interval = self.TAIL_INTERVAL_S / scale
+
+    @classmethod
+    def for_kind(cls, kind: methods.Kind, scale: float = 1.0) -> PollSchedule:
+        """The schedule from the methods table alone (before anything was observed)."""
+        return cls(kind.solve_mean_s / scale, kind.solve_stddev_s / scale, scale)
+
+    def delay(self, poll_number: int, elapsed: float) -> float:
+        """Seconds to wait before poll `poll_number` (0-based), `elapsed` seconds after the submission."""
+        if poll_number == 0:
+            base = self.first
+        else:
+            base = self.interval if elapsed < self.tail_after else self.tail_interval
+        return base * (0.95 + 0.1 * random.random())
 
 
 @dataclass(frozen=True)
@@ -224,6 +277,15 @@ class CaptchaAI:
         self._timeout = aiohttp.ClientTimeout(total=http_timeout_s)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._latency: dict[str, LatencyModel] = {}
+
+    def latency_model(self, kind: methods.Kind) -> LatencyModel:
+        """The solve-time model the poll schedule of `kind` uses (learned from this client's solves)."""
+        model = self._latency.get(kind.name)
+        if model is None:
+            model = self._latency[kind.name] = LatencyModel(kind.solve_mean_s / self.poll_scale,
+                                                            kind.solve_stddev_s / self.poll_scale)
+        return model
 
     async def __aenter__(self) -> CaptchaAI:
         self._session = aiohttp.ClientSession(
@@ -388,10 +450,13 @@ class CaptchaAI:
 
     async def _poll(self, captcha_id: str, kind: methods.Kind, deadline: float, stats: SolveStats,
                     sleep: Sleep) -> Answer:
-        schedule = PollSchedule(kind, self.poll_scale)
+        model = self.latency_model(kind)
+        schedule = PollSchedule(model.mean, model.stddev, self.poll_scale)
+        submitted = time.monotonic()
+        previous: float | None = None  # when the last unanswered poll was made, after the submission
         n = 0
         while True:
-            wait = schedule.delay(n)
+            wait = schedule.delay(n, time.monotonic() - submitted)
             if time.time() + wait >= deadline:
                 remaining = deadline - time.time()
                 if remaining <= 0:
@@ -400,10 +465,13 @@ class CaptchaAI:
             await sleep(wait)
             stats.polls += 1
             answer = await self.get(captcha_id, stats)
+            elapsed = time.monotonic() - submitted
             if answer is not None:
+                model.observe_found(elapsed, previous)
                 return answer
             if time.time() >= deadline:
                 raise SolveTimeout("solve time limit reached")
+            previous = elapsed
             n += 1
 
 

@@ -6,7 +6,7 @@ A *task* names a CaptchaAI ``method`` (the ``in.php`` parameter: ``userrecaptcha
 an image or a grid depending on ``grid_size``).  Everything that depends on the kind reads this table:
 
 * task validation (``task``): which params are required, what error a missing one produces;
-* the API client's poll schedule (``captchaai``): first poll delay and interval;
+* the API client's poll schedule (``captchaai``): it starts from the typical solve time and its spread;
 * the simulator (``simulator``): which error ``in.php`` returns, answer shape, typical latency;
 * metrics (``kind`` is the bounded ``method`` label);
 * the producer (token lifetime for ``token_age``).
@@ -44,10 +44,8 @@ class Kind:
     title: str
     required: tuple[Param, ...]
     answer: Answer
-    solve_mean_s: float  # typical solve time (simulator default latency, poll schedule)
+    solve_mean_s: float  # typical solve time: the simulator's default latency, the poll schedule's starting point
     solve_stddev_s: float
-    first_poll_s: float  # when the first res.php call is worth making
-    poll_interval_s: float
     token_lifetime_s: float | None  # how long the answer stays usable; None = does not expire
     http_post: bool = False  # submit with POST (multipart) rather than GET
 
@@ -61,35 +59,35 @@ _PROXY = (_p("proxy", "ERROR_BAD_PROXY"), _p("proxytype", "ERROR_BAD_PROXY"))
 
 KINDS: tuple[Kind, ...] = (
     Kind("image", "post", "Image (multipart file)", (_p("file", "ERROR_ZERO_CAPTCHA_FILESIZE"),),
-         Answer.TEXT, 5.0, 1.5, 3.0, 2.0, None, http_post=True),
+         Answer.TEXT, 5.0, 1.5, None, http_post=True),
     Kind("image", "base64", "Image (base64 body)", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"),),
-         Answer.TEXT, 5.0, 1.5, 3.0, 2.0, None, http_post=True),
+         Answer.TEXT, 5.0, 1.5, None, http_post=True),
     Kind("grid", "base64", "Grid image", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"), _p("instructions"),
                                           _p("grid_size")),
-         Answer.INDICES, 8.0, 2.5, 5.0, 2.5, None, http_post=True),
+         Answer.INDICES, 8.0, 2.5, None, http_post=True),
     Kind("bls", "bls", "BLS", (_p("instructions"), *(_p(f"image_base64_{i}") for i in range(1, 10))),
-         Answer.INDICES, 8.0, 2.5, 5.0, 2.5, None, http_post=True),
+         Answer.INDICES, 8.0, 2.5, None, http_post=True),
     Kind("recaptcha_v2", "userrecaptcha", "reCAPTCHA v2 / invisible",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN, 60.0, 15.0, 40.0, 5.0, 120.0),
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN, 60.0, 15.0, 120.0),
     Kind("recaptcha_v2_enterprise", "userrecaptcha", "reCAPTCHA v2 Enterprise",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN_WITH_UA, 60.0, 15.0, 40.0, 5.0, 120.0,
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN_WITH_UA, 60.0, 15.0, 120.0,
          http_post=True),
     Kind("recaptcha_v3", "userrecaptcha", "reCAPTCHA v3 (+ Enterprise)",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), Answer.TOKEN, 15.0, 5.0, 8.0, 3.0, 120.0),
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), Answer.TOKEN, 15.0, 5.0, 120.0),
     Kind("turnstile", "turnstile", "Cloudflare Turnstile", (_p("sitekey"), _PAGEURL),
-         Answer.TOKEN, 12.0, 3.0, 7.0, 2.5, 300.0),
+         Answer.TOKEN, 12.0, 3.0, 300.0),
     Kind("cloudflare_challenge", "cloudflare_challenge", "Cloudflare Challenge (cf_clearance)",
-         (_PAGEURL, *_PROXY), Answer.TOKEN_WITH_UA, 90.0, 20.0, 60.0, 5.0, 900.0, http_post=True),
+         (_PAGEURL, *_PROXY), Answer.TOKEN_WITH_UA, 90.0, 20.0, 900.0, http_post=True),
     Kind("geetest", "geetest", "GeeTest v3", (_p("gt"), _p("challenge"), _PAGEURL),
-         Answer.GEETEST, 20.0, 6.0, 12.0, 3.0, 600.0),
+         Answer.GEETEST, 20.0, 6.0, 600.0),
     Kind("geetest_v4", "geetest", "GeeTest v4", (_p("gt"), _PAGEURL),
-         Answer.GEETEST, 20.0, 6.0, 12.0, 3.0, 600.0),
+         Answer.GEETEST, 20.0, 6.0, 600.0),
     Kind("captchafox", "captchafox", "CaptchaFox", (_p("sitekey"), _PAGEURL, *_PROXY),
-         Answer.TOKEN, 15.0, 5.0, 8.0, 3.0, 120.0),
+         Answer.TOKEN, 15.0, 5.0, 120.0),
     Kind("friendly_captcha", "friendly_captcha", "Friendly Captcha", (_p("sitekey"), _PAGEURL),
-         Answer.TOKEN, 15.0, 5.0, 8.0, 3.0, 120.0),
+         Answer.TOKEN, 15.0, 5.0, 120.0),
     Kind("lemin", "lemin", "Lemin", (_p("captcha_id"), _p("div_id"), _PAGEURL),
-         Answer.TOKEN, 15.0, 5.0, 8.0, 3.0, 120.0),
+         Answer.TOKEN, 15.0, 5.0, 120.0),
 )
 
 #: every in.php method the queue accepts
