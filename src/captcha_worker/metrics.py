@@ -95,6 +95,8 @@ TOKEN_AGE = Histogram(f"{PREFIX}token_age_seconds",
                       buckets=AGE_BUCKETS)
 FATAL_ERRORS = Counter(f"{PREFIX}fatal_errors_total",
                        "Fatal API errors (bad key, IP banned, no plan): the worker stops claiming.", ["code"])
+FATAL_STATE = Gauge(f"{PREFIX}fatal_error",
+                    "1 while this worker has stopped claiming because of this fatal API error, else 0.", ["code"])
 READY = Gauge(f"{PREFIX}worker_ready", "1 when this worker is claiming tasks (readiness).")
 REDIS_ERRORS = Counter(f"{PREFIX}redis_errors_total", "Redis operations that failed and were retried.")
 BUILD_INFO = Gauge(f"{PREFIX}build_info", "Build information.", ["version", "python"])
@@ -117,6 +119,7 @@ def init(*, concurrency: int, budget_limit: int, monthly_price: float) -> None:
         LEASES_REAPED.labels(reason)
     for code in FATAL_CODES:
         FATAL_ERRORS.labels(code)
+        FATAL_STATE.labels(code).set(0)
 
 
 class ProbeServer:

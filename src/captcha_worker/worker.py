@@ -462,12 +462,14 @@ class Worker:
         if self.phase is Phase.RUNNING:
             self.phase = Phase.FATAL
             self.fatal_code = code
+            metrics.FATAL_STATE.labels(metrics.code_label(code)).set(1)
             self._set_ready_gauge()
             event(log, "fatal_api_error", logging.ERROR, code=code,
                   hint="check CAPTCHAAI_KEY and the plan; claiming stopped, tasks stay queued")
 
     def _leave_fatal(self) -> None:
         if self.phase is Phase.FATAL:
+            metrics.FATAL_STATE.labels(metrics.code_label(self.fatal_code or "")).set(0)
             self.phase = Phase.RUNNING
             self.fatal_code = None
             self._set_ready_gauge()
