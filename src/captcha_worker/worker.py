@@ -315,6 +315,9 @@ class Worker:
         elif task.expired(time.time()):
             await self._finish(job, task, Result(task.id, Status.EXPIRED, code="DEADLINE_PASSED",
                                                  text="the task's deadline passed before it was solved"))
+        elif self.phase is not Phase.RUNNING:
+            # a blocking claim that returned just as the worker stopped (fatal error, SIGTERM): give it back
+            await self._release(job, refund=True, front=True, why=f"worker {self.phase.value}")
         else:
             await self._solve(job, task)
 
