@@ -9,5 +9,5 @@ if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
 fi
 [ -x .venv/bin/python ] || "$py" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,bench]"
 echo "bootstrap: .venv ready ($(.venv/bin/python --version))"

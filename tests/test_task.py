@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from captcha_worker import methods
@@ -111,6 +111,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.floats() | st.integers
                                                                                         max_size=4), max_leaves=12)
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.dictionaries(st.sampled_from(["id", "method", "params", "deadline", "reply_to", "submitted_at", "x"]),
                        json_values))
 def test_any_json_object_validates_without_raising(data: dict[str, object]) -> None:
@@ -118,6 +119,7 @@ def test_any_json_object_validates_without_raising(data: dict[str, object]) -> N
     assert isinstance(parse_task(raw, max_bytes=MAX), Task | Invalid)
 
 
+@settings(deadline=None)
 @given(st.binary(max_size=200))
 def test_any_bytes_validate_without_raising(raw: bytes) -> None:
     assert isinstance(parse_task(raw, max_bytes=MAX), Task | Invalid)
