@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import json
 import random
 import signal
@@ -237,3 +238,39 @@ def test_no_worker_process_leaks() -> None:
     leftovers = [p for p in psutil.Process().children(recursive=True)
                  if "captcha_worker.cli" in " ".join(p.cmdline())]
     assert not leftovers, [" ".join(p.cmdline()) for p in leftovers]
+
+
+async def test_health_and_readiness_endpoints(redis: Redis, redis_server: Any, tmp_path: Path) -> None:
+    """/healthz is the process; /readyz follows the worker: 200 while it claims, 503 with the reason when not."""
+    import aiohttp
+
+    other = "f" * 32
+    async with simulator(threads=5, speed=20) as sim:
+        env = worker_env(redis_server.url, sim, API_TIME_SCALE="20")
+        with workers(1, env, tmp_path) as (w,):
+            base = f"http://127.0.0.1:{w.metrics_port}"
+            async with aiohttp.ClientSession() as http:
+                async def get(path: str) -> tuple[int, str]:
+                    async with http.get(base + path) as resp:
+                        return resp.status, await resp.text()
+
+                async def answers() -> bool:
+                    try:
+                        return (await get("/readyz"))[0] == 200
+                    except aiohttp.ClientError:
+                        return False
+
+                await wait_until(answers, 20, "the worker to be ready")
+                assert await get("/healthz") == (200, "ok\n")
+                status, text = await get("/metrics")
+                assert status == 200 and "captcha_solver_worker_ready 1.0" in text
+                sim.simulator.reconfigure(dataclasses.replace(sim.simulator.config, keys=frozenset({other})))
+                await Queue(redis, "captcha").push([("h1", task_body("h1", "probe"))], ttl=60)
+
+                async def unready() -> bool:
+                    return (await get("/readyz"))[0] == 503
+
+                await wait_until(unready, 20, "readiness to turn false on a rejected key")
+                assert await get("/readyz") == (503, "fatal API error: ERROR_KEY_DOES_NOT_EXIST\n")
+                assert await get("/healthz") == (200, "ok\n"), "a fatal API error is not a reason to restart the pod"
+                assert "captcha_solver_worker_ready 0.0" in (await get("/metrics"))[1]
