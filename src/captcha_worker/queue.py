@@ -420,9 +420,6 @@ class Queue:
             calls.append(([self.keys.pending, *(self.keys.task(tid) for tid, _ in chunk)], args))
         return sum(int(n) for n in await self._run_many(self._push, calls)) if calls else 0
 
-    async def get_result(self, task_id: str) -> str | None:
-        return _str_or_none(await self.redis.get(self.keys.result(task_id)))
-
     # claim ------------------------------------------------------------------------------------------------
     async def claim(self, n: int, *, lease_s: float) -> list[Claimed]:
         k = self.keys
