@@ -8,7 +8,7 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from captcha_worker.queue import Ack, DeadLetter, Keys, Queue, dead_entry
+from captcha_worker.queue import Ack, DeadLetter, Keys, Queue, QueueStats, dead_entry
 from captcha_worker.task import Result, Status
 
 
@@ -210,7 +210,8 @@ async def test_budget_never_grants_more_than_the_limit(q: Queue) -> None:
     granted = await asyncio.gather(*(q.budget_acquire([f"w{w}:{i}" for i in range(10)], limit=12, lease_s=30)
                                      for w in range(3)))
     assert sum(len(g) for g in granted) == 12
-    assert await q.heartbeat("w0") == (12, 1)
+    seen = await q.heartbeat("w0")
+    assert (seen.budget_in_use, seen.workers_alive) == (12, 1)
     holder = next(g for g in granted if len(g) >= 2)  # which caller ran first is up to the server
     await q.budget_release(holder[:2])
     again = await q.budget_acquire(["w9:0", "w9:1", "w9:2"], limit=12, lease_s=30)
@@ -257,10 +258,9 @@ async def test_stats_counts_lists_budget_and_workers(q: Queue) -> None:
     await q.push([(t, body(t)) for t in "abcd"], ttl=100)
     await q.claim(1, lease_s=30)
     await q.budget_acquire(["w:0", "w:1"], limit=5, lease_s=30)
-    await q.heartbeat("w")
-    s = await q.stats()
-    assert (s.pending, s.processing, s.dead, s.budget_in_use, s.workers_alive) == (3, 1, 0, 2, 1)
-    assert await q.depths() == (3, 1, 0)
+    assert await q.stats() == QueueStats(3, 1, 0, 2, 0), "no heartbeat yet"
+    assert await q.heartbeat("w") == QueueStats(3, 1, 0, 2, 1)
+    assert await q.stats() == QueueStats(3, 1, 0, 2, 1)
 
 
 async def test_ack_many_acknowledges_a_batch_in_one_round_trip(q: Queue, any_redis: Redis) -> None:

@@ -234,14 +234,6 @@ end
 return granted
 """
 
-# KEYS[1] budget  KEYS[2] workers | ARGV[1] worker id  ARGV[2] alive window s.  Heartbeat; returns
-# {budget units in use, workers alive} cluster-wide.
-_HEARTBEAT = _NOW + """
-redis.call('ZADD', KEYS[2], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 3600)
-return {redis.call('ZCOUNT', KEYS[1], now, '+inf'), redis.call('ZCOUNT', KEYS[2], now - tonumber(ARGV[2]), '+inf')}
-"""
-
 # KEYS[1] dead  KEYS[2] pending  KEYS[3] task hash  KEYS[4] result | ARGV[1] dead entry  ARGV[2] item to push
 # ARGV[3] body ('' for raw items)  ARGV[4] task ttl.   Moves one dead letter back to pending.
 _REQUEUE_DEAD = """
@@ -255,12 +247,19 @@ redis.call('RPUSH', KEYS[2], ARGV[2])
 return 1
 """
 
-# KEYS[1] pending  KEYS[2] processing  KEYS[3] dead  KEYS[4] budget  KEYS[5] workers | ARGV[1] worker alive
-# window s.   Everything `stats` shows, in one call.
-_STATS = _NOW + """
+# Shared by STATS and HEARTBEAT. KEYS[1] pending  KEYS[2] processing  KEYS[3] dead  KEYS[4] budget  KEYS[5] workers
+# ARGV[1] worker alive window s.   Everything `stats` shows, in one reply.
+_COUNTS = """
 return {redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[2]), redis.call('LLEN', KEYS[3]),
         redis.call('ZCOUNT', KEYS[4], now, '+inf'), redis.call('ZCOUNT', KEYS[5], now - tonumber(ARGV[1]), '+inf')}
 """
+_STATS = _NOW + _COUNTS
+
+# KEYS as _COUNTS | ARGV[1] alive window s  ARGV[2] worker id.   Records the worker as alive, returns the counts.
+_HEARTBEAT = _NOW + """
+redis.call('ZADD', KEYS[5], now, ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - 3600)
+""" + _COUNTS
 
 
 # -- Python side --------------------------------------------------------------------------------------------
@@ -465,10 +464,14 @@ class Queue:
         if members:
             await self.redis.zrem(self.keys.budget, *members)
 
-    async def heartbeat(self, worker_id: str, *, alive_s: float = 60) -> tuple[int, int]:
-        """Record this worker as alive; returns (budget units in use, workers alive) cluster-wide."""
-        in_use, alive = await self._heartbeat(keys=[self.keys.budget, self.keys.workers], args=[worker_id, alive_s])
-        return int(in_use), int(alive)
+    def _count_keys(self) -> list[str]:
+        k = self.keys
+        return [k.pending, k.processing, k.dead, k.budget, k.workers]
+
+    async def heartbeat(self, worker_id: str, *, alive_s: float = 60) -> QueueStats:
+        """Record this worker as alive; returns the queue's stats (one round trip for both)."""
+        counts = await self._heartbeat(keys=self._count_keys(), args=[alive_s, worker_id])
+        return QueueStats(*(int(c) for c in counts))
 
     async def forget_worker(self, worker_id: str) -> None:
         await self.redis.zrem(self.keys.workers, worker_id)
@@ -543,19 +546,8 @@ class Queue:
 
     # inspection and operations ----------------------------------------------------------------------------
     async def stats(self, *, worker_alive_s: float = 60) -> QueueStats:
-        k = self.keys
-        counts = await self._stats(keys=[k.pending, k.processing, k.dead, k.budget, k.workers], args=[worker_alive_s])
+        counts = await self._stats(keys=self._count_keys(), args=[worker_alive_s])
         return QueueStats(*(int(c) for c in counts))
-
-    async def depths(self) -> tuple[int, int, int]:
-        """LLEN of pending, processing, dead in one round trip (cheap; for the metrics gauges)."""
-        k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.llen(k.pending)
-            pipe.llen(k.processing)
-            pipe.llen(k.dead)
-            pending, processing, dead = await pipe.execute()
-        return int(pending), int(processing), int(dead)
 
     async def dead_letters(self, start: int = 0, count: int = 100) -> list[DeadLetter]:
         raws = await as_awaitable(self.redis.lrange(self.keys.dead, start, start + count - 1))

@@ -22,6 +22,7 @@ first result written wins.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import os
@@ -84,6 +85,11 @@ class Job:
     task: Task | None = None
     claimed_at: float = field(default_factory=time.time)
 
+    @property
+    def kind_label(self) -> str:
+        """The bounded `method` metric label: the task's kind, or `unknown` before it is known."""
+        return metrics.kind_label(self.task.kind.name if self.task else None)
+
 
 class Api(Protocol):
     """What the worker needs from the API client (CaptchaAI implements it; benchmarks plug in instant ones)."""
@@ -110,7 +116,6 @@ class Worker:
         self.id = worker_id or default_worker_id()
         self.members = [f"{self.id}:{i}" for i in range(cfg.concurrency)]
         self.held: set[str] = set()  # budget units this worker holds
-        self.jobs: set[Job] = set()
         self.phase = Phase.RUNNING
         self.fatal_code: str | None = None
         self.redis_ok = True
@@ -118,7 +123,7 @@ class Worker:
         self._wake = asyncio.Event()  # capacity changed: the claimer looks again
         self._stop = asyncio.Event()  # SIGTERM: stop claiming
         self._closing = asyncio.Event()  # jobs are done: background loops end
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._jobs: dict[asyncio.Task[None], Job] = {}  # running jobs by their task
         self._acks = AckBatcher(self._ack_many)
 
     # -- readiness ----------------------------------------------------------------------------------------
@@ -164,16 +169,16 @@ class Worker:
 
     async def _drain(self, hard_stop: asyncio.Event) -> None:
         """Let running jobs finish within the grace (or until a second signal), then cancel the rest."""
-        if not self._tasks:
+        if not self._jobs:
             return
-        event(log, "draining", jobs=len(self._tasks), grace_s=self.cfg.drain_grace_seconds)
-        all_done = asyncio.ensure_future(asyncio.wait(list(self._tasks)))
+        event(log, "draining", jobs=len(self._jobs), grace_s=self.cfg.drain_grace_seconds)
+        all_done = asyncio.ensure_future(asyncio.wait(list(self._jobs)))
         hard = asyncio.ensure_future(hard_stop.wait())
         await asyncio.wait({all_done, hard}, timeout=self.cfg.drain_grace_seconds,
                            return_when=asyncio.FIRST_COMPLETED)
         all_done.cancel()
         hard.cancel()
-        left = list(self._tasks)
+        left = list(self._jobs)
         if left:
             event(log, "drain_grace_exceeded", logging.WARNING, requeued=len(left))
             for t in left:
@@ -225,10 +230,6 @@ class Worker:
             try:
                 result = await op(*args, **kwargs)
             except Exception as exc:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    # redis-py may turn a cancellation mid-command into a ConnectionError: honour the cancel
-                    raise asyncio.CancelledError from exc
                 if not _retryable(exc):
                     raise
                 metrics.REDIS_ERRORS.inc()
@@ -251,7 +252,7 @@ class Worker:
     def _room(self) -> int:
         if self.phase is not Phase.RUNNING:
             return 0
-        return len(self.held) - len(self._tasks)
+        return len(self.held) - len(self._jobs)
 
     async def _claim_loop(self) -> None:
         lease = self.cfg.lease_seconds
@@ -275,14 +276,12 @@ class Worker:
 
     def _start(self, claimed: Claimed) -> None:
         job = Job(claimed.item, claimed.attempts)
-        self.jobs.add(job)
         t = asyncio.create_task(self._handle(job, claimed))
-        self._tasks.add(t)
-        t.add_done_callback(lambda done: self._job_done(job, done))
+        self._jobs[t] = job
+        t.add_done_callback(self._job_done)
 
-    def _job_done(self, job: Job, t: asyncio.Task[None]) -> None:
-        self.jobs.discard(job)
-        self._tasks.discard(t)
+    def _job_done(self, t: asyncio.Task[None]) -> None:
+        self._jobs.pop(t, None)
         self._wake.set()
 
     async def _handle(self, job: Job, claimed: Claimed) -> None:
@@ -293,7 +292,7 @@ class Worker:
             with suppress(Exception):
                 await asyncio.shield(self.queue.release(job.item, refund_attempt=True, front=True,
                                                         last_error="worker shut down"))
-            metrics.TASKS.labels(metrics.kind_label(job.task.kind.name if job.task else None), "released").inc()
+            metrics.TASKS.labels(job.kind_label, "released").inc()
             raise
         except Exception as exc:
             event(log, "job_crashed", logging.ERROR, item=_item_ref(job.item), error=type(exc).__name__)
@@ -309,9 +308,7 @@ class Worker:
         metrics.QUEUE_WAIT.observe(max(0.0, job.claimed_at - task.submitted_at))
         if job.attempts > self.cfg.max_attempts:
             last = await self._redis("last_error", self.queue.last_error, task.id)
-            await self._bury(job, f"gave up after {job.attempts - 1} attempts (last: {last or 'unknown'})",
-                             "MAX_ATTEMPTS_EXCEEDED", task_id=task.id, reply_to=task.reply_to, body=task.body(),
-                             raw=None)
+            await self._give_up(job, task, job.attempts - 1, last or "unknown")
         elif task.expired(time.time()):
             await self._finish(job, task, Result(task.id, Status.EXPIRED, code="DEADLINE_PASSED",
                                                  text="the task's deadline passed before it was solved"))
@@ -399,28 +396,29 @@ class Worker:
 
     async def _retry_later(self, job: Job, task: Task, code: str) -> None:
         if job.attempts >= self.cfg.max_attempts:
-            await self._bury(job, f"gave up after {job.attempts} attempts (last: {code})", "MAX_ATTEMPTS_EXCEEDED",
-                             task_id=task.id, reply_to=task.reply_to, body=task.body(), raw=None)
+            await self._give_up(job, task, job.attempts, code)
         else:
             metrics.RETRIES.labels("requeue").inc()
             await self._release(job, refund=False, front=False, why=code)
+
+    async def _give_up(self, job: Job, task: Task, attempts: int, last_error: str) -> None:
+        await self._bury(job, f"gave up after {attempts} attempts (last: {last_error})", "MAX_ATTEMPTS_EXCEEDED",
+                         task_id=task.id, reply_to=task.reply_to, body=task.body(), raw=None)
 
     # -- outcomes -----------------------------------------------------------------------------------------
     async def _finish(self, job: Job, task: Task | None, result: Result, stats: SolveStats | None = None,
                       solved_at: float | None = None) -> None:
         finished = time.time()
         kind = task.kind if task else None
-        full = Result(
-            id=result.id, status=result.status, kind=kind.name if kind else None, solution=result.solution,
-            user_agent=result.user_agent, code=result.code, text=result.text, attempts=job.attempts,
-            api_calls=stats.api_calls if stats else 0,
+        full = dataclasses.replace(
+            result, kind=kind.name if kind else None, attempts=job.attempts, api_calls=stats.api_calls if stats else 0,
             timings=Timings(submitted_at=task.submitted_at if task else None, claimed_at=job.claimed_at,
                             started_at=stats.started_at if stats else None, solved_at=solved_at,
                             finished_at=finished),
             token_lifetime_s=kind.token_lifetime_s if kind and result.status is Status.SOLVED else None,
         )
         won = await self._acks.ack(Ack(job.item, full, task.reply_to if task else None))
-        label = metrics.kind_label(kind.name if kind else None)
+        label = job.kind_label
         outcome = result.status.value if won else "duplicate"
         metrics.TASKS.labels(label, outcome).inc()
         if stats is not None and stats.started_at is not None:
@@ -444,14 +442,14 @@ class Worker:
         await self._redis("bury", self.queue.bury, job.item, entry, result=result, reply_to=reply_to,
                           dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
                           reply_ttl=REPLY_TTL_S)
-        metrics.TASKS.labels(metrics.kind_label(job.task.kind.name if job.task else None), "dead_lettered").inc()
+        metrics.TASKS.labels(job.kind_label, "dead_lettered").inc()
         event(log, "task_dead_lettered", logging.WARNING, id=task_id, code=code, reason=reason,
               attempts=job.attempts)
 
     async def _release(self, job: Job, *, refund: bool, front: bool, why: str) -> None:
         await self._redis("release", self.queue.release, job.item, refund_attempt=refund, front=front,
                           last_error=why)
-        metrics.TASKS.labels(metrics.kind_label(job.task.kind.name if job.task else None), "released").inc()
+        metrics.TASKS.labels(job.kind_label, "released").inc()
         event(log, "task_released", id=_item_ref(job.item), why=why, attempt_refunded=refund)
 
     async def _ack_many(self, acks: list[Ack]) -> list[bool]:
@@ -515,7 +513,7 @@ class Worker:
                         self._wake.set()
             elif self.phase is Phase.FATAL and self.held:
                 # a worker that cannot call the API must not sit on the plan's threads
-                idle = sorted(self.held)[: max(0, len(self.held) - len(self._tasks))]
+                idle = sorted(self.held)[: max(0, len(self.held) - len(self._jobs))]
                 await self._redis("budget_release", self.queue.budget_release, idle)
                 self.held.difference_update(idle)
             now = time.monotonic()
@@ -531,7 +529,7 @@ class Worker:
         cfg = self.cfg
         period = cfg.lease_seconds / 3
         while True:
-            items = [j.item for j in self.jobs]
+            items = [j.item for j in self._jobs.values()]
             lost = await self._redis("renew", self.queue.renew, items, lease_s=cfg.lease_seconds) or []
             for item in lost:
                 metrics.LEASES_LOST.inc()
@@ -542,17 +540,14 @@ class Worker:
             if gone:
                 self.held.difference_update(gone)
                 event(log, "budget_units_lost", logging.WARNING, count=len(gone))
-            beat = await self._redis("heartbeat", self.queue.heartbeat, self.id)
-            depths = await self._redis("depths", self.queue.depths)
-            if beat is not None:
-                metrics.BUDGET_IN_USE.set(beat[0])
-                metrics.WORKERS_ALIVE.set(beat[1])
-            if depths is not None:
-                pending, processing, dead = depths
-                self.last_pending = pending
-                metrics.QUEUE_DEPTH.labels("pending").set(pending)
-                metrics.QUEUE_DEPTH.labels("processing").set(processing)
-                metrics.QUEUE_DEPTH.labels("dead").set(dead)
+            seen = await self._redis("heartbeat", self.queue.heartbeat, self.id)
+            if seen is not None:
+                self.last_pending = seen.pending
+                metrics.BUDGET_IN_USE.set(seen.budget_in_use)
+                metrics.WORKERS_ALIVE.set(seen.workers_alive)
+                metrics.QUEUE_DEPTH.labels("pending").set(seen.pending)
+                metrics.QUEUE_DEPTH.labels("processing").set(seen.processing)
+                metrics.QUEUE_DEPTH.labels("dead").set(seen.dead)
             if await self._pause(min(period, 5.0)):
                 return
 
