@@ -215,10 +215,11 @@ class CaptchaQueue:
         await self.close()
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
-            self._listener = None
+        tasks = [t for t in (self._listener, self._foreign_task, self._lookup_task) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._listener = self._foreign_task = self._lookup_task = None
         if self._owns_redis:
             await self.redis.aclose()
 
@@ -348,7 +349,7 @@ class CaptchaQueue:
             if not foreign:
                 return
             try:
-                values = await as_awaitable(self.redis.mget([self.keys.result(i) for i in foreign]))
+                values = await asyncio.gather(*(self._stored(i) for i in foreign))  # batched: one MGET
             except (rexc.ConnectionError, rexc.TimeoutError, OSError):
                 continue
             for value in values:

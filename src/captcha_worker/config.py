@@ -190,9 +190,8 @@ class WorkerConfig:
         parts = urlsplit(api_url)
         if parts.scheme not in {"http", "https"} or not parts.hostname:
             raise ConfigError(f"CAPTCHAAI_URL must be an http(s) URL, got {redact_url(api_url)!r}")
-        threads = e.integer("CAPTCHAAI_THREADS", 0, minimum=1) if e.raw("CAPTCHAAI_THREADS") else None
-        if threads is None:
-            raise ConfigError("CAPTCHAAI_THREADS is required: the plan's concurrent threads (e.g. 10)")
+        e.required("CAPTCHAAI_THREADS", "the plan's concurrent threads (e.g. 10)")
+        threads = e.integer("CAPTCHAAI_THREADS", 0, minimum=1)
         concurrency = e.integer("WORKER_CONCURRENCY", min(threads, 10), minimum=1, maximum=5000)
         lease = e.number("LEASE_SECONDS", 30.0, minimum=3.0)
         log_level = e.text("LOG_LEVEL", "info").lower()
