@@ -582,8 +582,8 @@ def test_dashboard_figures_are_plausible(lab: Lab) -> None:
 
 def test_dashboard_variables_resolve(lab: Lab) -> None:
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
-    ns_query = variables["namespace"]["definition"]
-    job_query = variables["job"]["definition"]
+    ns_query = variables["namespace"]["query"]["query"]
+    job_query = variables["job"]["query"]["query"]
     ns_metric, ns_label = re.fullmatch(r"label_values\((\w+), (\w+)\)", ns_query).groups()  # type: ignore[union-attr]
     namespaces = lab.prom.get(f"/api/v1/label/{ns_label}/values", **{"match[]": ns_metric})
     assert set(EXPECTED) <= set(namespaces)
@@ -594,14 +594,14 @@ def test_dashboard_variables_resolve(lab: Lab) -> None:
 
 def test_dashboard_is_provisionable() -> None:
     dash = dashboard()
-    assert dash["uid"] == "captcha-solver" and dash["schemaVersion"] >= 39
+    assert dash["uid"] == "captcha-solver" and dash["schemaVersion"] >= 41
     assert "__inputs" not in dash and "__requires" not in dash
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     for name in ("namespace", "job"):
         v = variables[name]
         assert v["type"] == "query" and v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
-        assert v["definition"].startswith("label_values(captcha_solver_")
+        assert v["query"]["query"].startswith("label_values(captcha_solver_")
     titles = [p["title"] for p in dash["panels"]]
     assert len(titles) == len(set(titles)), "panel titles are unique (docs/metrics.md lists them)"
     ids = [p["id"] for p in dash["panels"]]
@@ -660,7 +660,7 @@ def test_dashboard_and_rules_use_only_exported_metrics(lab: Lab, tmp_path: Path)
     samples = {s for _, _, names in exported(lab.main_metrics).values() for s in names}
     used = {n for _, expr in dashboard_queries() for n in metric_names(expr)}
     for v in dashboard()["templating"]["list"]:
-        used |= metric_names(v.get("definition", ""))
+        used |= metric_names(v.get("query", {}).get("query", "") if v["type"] == "query" else "")
     rules = rendered_rules(offline_chart(tmp_path))[0]["rules"]
     used_rules = {n for r in rules for n in metric_names(r["expr"])}
     assert used and used_rules
