@@ -357,6 +357,32 @@ async def _dead_letters(ns: argparse.Namespace) -> int:
         return EXIT_OK if done == len(chosen) and (ns.all or done == len(wanted)) else EXIT_FAIL
 
 
+def cmd_plan(ns: argparse.Namespace) -> int:
+    from captcha_worker import planner
+
+    try:
+        target = planner.parse_duration(ns.p95_wait)
+        plans = planner.parse_plans(ns.plan) if ns.plan else planner.PLANS
+        if ns.from_prometheus:
+            workload = planner.from_prometheus(ns.from_prometheus, ns.matchers, ns.window)
+        elif ns.rate and ns.mix:
+            workload = planner.from_methods(planner.parse_rate(ns.rate), planner.parse_mix(ns.mix))
+        else:
+            raise UsageError("give --rate RATE --mix KIND=SHARE,... or --from-prometheus URL")
+        rec = planner.recommend(workload, target, plans, ns.concurrency)
+    except OSError as exc:
+        print(f"captcha-worker plan: Prometheus at {redact_url(ns.from_prometheus)} unreachable: {exc}",
+              file=sys.stderr)
+        return EXIT_FAIL
+    except planner.PlanError as exc:
+        print(f"captcha-worker plan: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(planner.as_dict(rec)) if ns.json else planner.report(rec))
+    return EXIT_OK
+
+
 def cmd_demo(ns: argparse.Namespace) -> int:
     from captcha_worker import demo
 
@@ -379,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_producer_commands(sub)
     _add_dead_letter_commands(sub)
     _add_demo_command(sub)
+    _add_plan_command(sub)
     return parser
 
 
@@ -464,6 +491,25 @@ def _add_demo_command(sub: Subparsers) -> None:
     p.add_argument("--speed", type=float, default=20.0, help="simulated solve times divided by this (default 20)")
     p.add_argument("--unsolvable", type=float, default=0.02, help="simulated UNSOLVABLE rate (default 0.02)")
     p.set_defaults(func=cmd_demo)
+
+
+def _add_plan_command(sub: Subparsers) -> None:
+    p = sub.add_parser("plan", help="size a deployment: threads, plan, concurrency and values.yaml for a workload",
+                       description="Erlang C (M/G/c) on the per-kind solve times: the threads a workload needs "
+                                   "for a p95 queue wait, the cheapest plan, worker.concurrency, maxReplicaCount, "
+                                   "utilisation, cost per 1 000 solves and a values.yaml (docs/operations.md).")
+    p.add_argument("--rate", help="arrival rate, e.g. 20000/h, 5/s, 300/min")
+    p.add_argument("--mix", help="kinds and their shares, e.g. turnstile=0.7,recaptcha_v2=0.3")
+    p.add_argument("--from-prometheus", metavar="URL", help="read the rate, mix and solve times from Prometheus")
+    p.add_argument("--matchers", default="", help='with --from-prometheus: label matchers of the release, e.g. '
+                                                  '\'namespace="captcha", job="solver-captcha-solver-worker"\'')
+    p.add_argument("--window", default="1h", help="with --from-prometheus: the range to average over (default 1h)")
+    p.add_argument("--p95-wait", default="30s", help="target 95th percentile queue wait (default 30s)")
+    p.add_argument("--plan", action="append", default=[], metavar="NAME=THREADS:PRICE",
+                   help="replace the plan table (repeatable; default STANDARD=15:30, ADVANCE=50:90, PREMIUM=100:170)")
+    p.add_argument("--concurrency", type=int, help="worker.concurrency (default: derived from the threads)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_plan)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
