@@ -31,9 +31,9 @@ def cmd_build(ns: argparse.Namespace) -> int:
 
 
 def cmd_render(ns: argparse.Namespace) -> int:
-    from dashboards import render
+    from dashboards.render import main as render
 
-    return render.main(ns)
+    return render(ns)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,9 +15,9 @@ from chart.chartlib import tool
 from helpers import ROOT
 
 sys.path.insert(0, str(ROOT))
-from dashboards import captcha_solver  # noqa: E402
-from dashboards.build import dashboard_json, docs_section, layout  # noqa: E402
-from dashboards.panels import GRID_COLUMNS, Graph, Q, Row, Stat, m  # noqa: E402
+from dashboards import captcha_solver
+from dashboards.build import dashboard_json, docs_section, layout
+from dashboards.panels import GRID_COLUMNS, Graph, Q, Row, Stat, m
 
 DASHBOARD = ROOT / "charts" / "captcha-solver" / "dashboards" / "captcha-solver.json"
 

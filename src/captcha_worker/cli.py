@@ -310,7 +310,22 @@ async def _wait(ns: argparse.Namespace) -> int:
 
 
 def cmd_stats(ns: argparse.Namespace) -> int:
+    if ns.watch:
+        return _watch(ns)
     return asyncio.run(_stats(ns))
+
+
+def _watch(ns: argparse.Namespace) -> int:
+    from captcha_worker import watch
+
+    if ns.interval <= 0 or (ns.count is not None and ns.count < 1):
+        raise UsageError("--interval must be > 0 and --count >= 1")
+    budget = ns.budget
+    if budget is None and os.environ.get("CAPTCHAAI_THREADS", "").strip().isdigit():
+        budget = int(os.environ["CAPTCHAAI_THREADS"])
+    prom = watch.Prometheus(ns.prometheus, ns.matchers) if ns.prometheus else None
+    return asyncio.run(watch.run(lambda: _producer(ns), interval_s=ns.interval, budget=budget, prometheus=prom,
+                                 count=ns.count))
 
 
 async def _stats(ns: argparse.Namespace) -> int:
@@ -371,8 +386,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
             raise UsageError("give --rate RATE --mix KIND=SHARE,... or --from-prometheus URL")
         rec = planner.recommend(workload, target, plans, ns.concurrency)
     except OSError as exc:
-        print(f"captcha-worker plan: Prometheus at {redact_url(ns.from_prometheus)} unreachable: {exc}",
-              file=sys.stderr)
+        print(f"captcha-worker plan: Prometheus at {redact_url(ns.from_prometheus)} unreachable "
+              f"({type(exc).__name__})", file=sys.stderr)
         return EXIT_FAIL
     except planner.PlanError as exc:
         print(f"captcha-worker plan: {exc}", file=sys.stderr)
@@ -454,8 +469,15 @@ def _add_producer_commands(sub: Subparsers) -> None:
     _add_producer_args(p)
     p.set_defaults(func=cmd_wait)
 
-    p = sub.add_parser("stats", help="pending, processing, dead, budget in use, workers alive")
+    p = sub.add_parser("stats", help="pending, processing, dead, budget in use, workers alive (--watch: live)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--watch", action="store_true", help="a table that refreshes (Ctrl-C to stop)")
+    p.add_argument("--interval", type=float, default=2.0, help="with --watch: seconds between refreshes (default 2)")
+    p.add_argument("--count", type=int, help="with --watch: stop after this many refreshes")
+    p.add_argument("--budget", type=int, help="with --watch: the thread budget (default $CAPTCHAAI_THREADS)")
+    p.add_argument("--prometheus", metavar="URL", help="with --watch: also solves/s, outcomes, API errors by code")
+    p.add_argument("--matchers", default="", help='with --prometheus: the release\'s label matchers, e.g. '
+                                                  '\'namespace="captcha", job="solver-captcha-solver-worker"\'')
     _add_producer_args(p)
     p.set_defaults(func=cmd_stats)
 

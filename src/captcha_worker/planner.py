@@ -24,17 +24,14 @@ wait with the prediction; ``bench/p6_planner.py`` does it at length (docs/benchm
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations_with_replacement
 from typing import Any
 
-from captcha_worker import methods
+from captcha_worker import methods, prom
 from captcha_worker.captchaai import PollSchedule
 
 MONTH_S = 30 * 86400  # the dashboard's cost month
@@ -239,17 +236,6 @@ def from_methods(rate_per_s: float, mix: Mapping[str, float]) -> Workload:
     return Workload(rate_per_s, tuple(kinds), "solve times from methods.py + poll lag")
 
 
-def _prom_query(url: str, expr: str) -> list[dict[str, Any]]:
-    body = urllib.parse.urlencode({"query": expr}).encode()
-    req = urllib.request.Request(f"{url.rstrip('/')}/api/v1/query", data=body, method="POST")
-    with urllib.request.urlopen(req, timeout=15) as resp:  # noqa: S310 - an operator-given Prometheus URL
-        data = json.loads(resp.read())
-    if data.get("status") != "success":
-        raise ValueError(f"Prometheus answered {data.get('error') or data.get('status')}")
-    result: list[dict[str, Any]] = data["data"]["result"]
-    return result
-
-
 def _by_method(result: list[dict[str, Any]]) -> dict[str, float]:
     out = {}
     for r in result:
@@ -282,10 +268,10 @@ def from_prometheus(url: str, matchers: str, window: str) -> Workload:
     ``namespace="captcha", job="solver-captcha-solver-worker"`` (empty: every release Prometheus scrapes)."""
     hist = "captcha_solver_solve_duration_seconds"
     finished = _selector(matchers, 'outcome=~"solved|error|expired"')
-    done = _by_method(_prom_query(url, f"sum by (method) (rate(captcha_solver_tasks_total{finished}[{window}]))"))
-    sums = _by_method(_prom_query(url, f"sum by (method) (rate({hist}_sum{_selector(matchers)}[{window}]))"))
-    counts = _by_method(_prom_query(url, f"sum by (method) (rate({hist}_count{_selector(matchers)}[{window}]))"))
-    buckets = _prom_query(url, f"sum by (method, le) (rate({hist}_bucket{_selector(matchers)}[{window}]))")
+    done = _by_method(prom.query(url, f"sum by (method) (rate(captcha_solver_tasks_total{finished}[{window}]))"))
+    sums = _by_method(prom.query(url, f"sum by (method) (rate({hist}_sum{_selector(matchers)}[{window}]))"))
+    counts = _by_method(prom.query(url, f"sum by (method) (rate({hist}_count{_selector(matchers)}[{window}]))"))
+    buckets = prom.query(url, f"sum by (method, le) (rate({hist}_bucket{_selector(matchers)}[{window}]))")
     rate = sum(done.values())
     if rate <= 0:
         raise ValueError(f"no finished tasks in the last {window} at {url} (matchers: {matchers or 'none'})")

@@ -1,0 +1,160 @@
+"""P6: does `captcha-worker plan` predict the queue wait? Run the configuration it recommends against the simulator
+and compare the measured wait with the prediction.
+
+For each case: ``captcha-worker plan --rate R --mix M --p95-wait TARGET --plan LAB=T:1`` (the plan table reduced
+to one T-thread plan, so the recommendation is that plan and its worker.concurrency), then ``demo.running_stack``
+starts redis-server, the simulator (T threads, ``--speed S``, no faults) and T / concurrency worker processes, and
+a producer submits tasks of the mix as a Poisson stream of rate R × S for ``duration`` simulated-time-compressed
+seconds. Each solved task's queue wait (submission to claim, ``Solved.queued_s``) times S is a wait in real
+seconds; tasks submitted during the warm-up are left out. ``tests/test_planner.py`` runs one short case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.common import ROOT, log, percentile
+from captcha_worker import demo
+from captcha_worker.client import CaptchaQueue, Solved
+
+PARAMS: dict[str, tuple[str, dict[str, str]]] = {  # kind -> (method, params) of a valid task
+    "turnstile": ("turnstile", {"sitekey": "0x4AAAAAAAbench", "pageurl": "https://example.com/login"}),
+    "recaptcha_v2": ("userrecaptcha", {"googlekey": "6LeBenchGoogleKey_abcdefghijklmnopqrstuv",
+                                       "pageurl": "https://example.com/form"}),
+    "recaptcha_v3": ("userrecaptcha", {"googlekey": "6LeBenchGoogleKey_abcdefghijklmnopqrstuv",
+                                       "pageurl": "https://example.com/form", "version": "v3", "action": "login"}),
+    "geetest": ("geetest", {"gt": "022397c99c9f646f6477822485f30404", "challenge": "a66f31a53a4d6a2b5cbd3d2b8d7b1d0e",
+                            "pageurl": "https://example.com/geetest"}),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    rate: str  # e.g. "1055/h"
+    mix: str  # e.g. "turnstile=0.7,recaptcha_v2=0.3"
+    threads: int
+    target: str = "30s"
+
+
+@dataclass
+class Measured:
+    case: dict[str, Any]
+    speed: float
+    duration_s: float
+    warmup_s: float
+    predicted: dict[str, Any]  # the plan command's JSON for the release
+    tasks: int
+    solved: int
+    measured_mean_wait_s: float
+    measured_p95_wait_s: float
+    measured_p_wait: float  # share of tasks that waited more than 2 poll ticks (0.05 s real x speed)
+    measured_service_mean_s: float  # claim to result: the time a task held its thread
+    measured_service_scv: float
+    wall_s: float
+
+
+def plan(case: Case) -> dict[str, Any]:
+    """The planner's recommendation for a one-plan table of `case.threads` threads (the CLI's JSON)."""
+    proc = subprocess.run([sys.executable, "-m", "captcha_worker.cli", "plan", "--rate", case.rate, "--mix", case.mix,
+                           "--p95-wait", case.target, "--plan", f"LAB={case.threads}:1", "--json"],
+                          capture_output=True, text=True, timeout=60, check=True, cwd=ROOT)
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def _arrivals(rate_per_s: float, mix: dict[str, float], duration_s: float, seed: int) -> list[tuple[float, str]]:
+    rng = random.Random(seed)
+    kinds, weights = list(mix), list(mix.values())
+    t, out = 0.0, []
+    while True:
+        t += rng.expovariate(rate_per_s)
+        if t >= duration_s:
+            return out
+        out.append((t, rng.choices(kinds, weights)[0]))
+
+
+async def _ready(q: CaptchaQueue, workers: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (await q.queue.stats()).workers_alive < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{workers} workers did not start within {timeout_s:.0f} s")
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)  # first threadsinfo reads and budget units taken
+
+
+async def _drive(case: Case, rec: dict[str, Any], speed: float, duration_s: float, warmup_s: float,
+                 seed: int) -> tuple[list[float], list[float], int]:
+    from captcha_worker.planner import parse_mix, parse_rate
+
+    release = rec["releases"][0]
+    ns = argparse.Namespace(threads=release["threads"], workers=release["max_replicas"],
+                            concurrency=release["concurrency"], speed=speed, unsolvable=0.0)
+    arrivals = _arrivals(parse_rate(case.rate) * speed, parse_mix(case.mix), duration_s, seed)
+    async with demo.running_stack(ns) as (stack, _), CaptchaQueue.from_url(stack.redis_url) as q:
+        await _ready(q, ns.workers)
+        ids, counted = [], set()
+        start = time.monotonic()
+        for at, kind in arrivals:
+            await asyncio.sleep(max(0.0, start + at - time.monotonic()))
+            method, params = PARAMS[kind]
+            ids.append(await q.submit(method, params))
+            if at >= warmup_s:
+                counted.add(ids[-1])
+        waits, service = [], []
+        async for outcome in q.as_completed(ids, timeout=120):
+            if isinstance(outcome, Solved) and outcome.id in counted:
+                if outcome.queued_s is not None:
+                    waits.append(outcome.queued_s * speed)
+                t = outcome.timings
+                if t.claimed_at is not None and t.finished_at is not None:
+                    service.append((t.finished_at - t.claimed_at) * speed)
+    return waits, service, len(ids)
+
+
+def measure(case: Case, *, speed: float, duration_s: float, warmup_s: float, seed: int = 7) -> Measured:
+    rec = plan(case)
+    started = time.monotonic()
+    waits, service, tasks = asyncio.run(_drive(case, rec, speed, duration_s, warmup_s, seed))
+    if not waits or not service:
+        raise RuntimeError("no solved task after the warm-up")
+    s_mean = sum(service) / len(service)
+    s_var = sum((x - s_mean) ** 2 for x in service) / len(service)
+    return Measured(case=asdict(case), speed=speed, duration_s=duration_s, warmup_s=warmup_s,
+                    predicted=rec["releases"][0] | {"threads_needed": rec["threads_needed"],
+                                                    "mean_service_s": rec["workload"]["mean_service_s"],
+                                                    "scv": rec["workload"]["scv"]},
+                    tasks=tasks, solved=len(waits), measured_mean_wait_s=sum(waits) / len(waits),
+                    measured_p95_wait_s=percentile(waits, 95),
+                    measured_p_wait=sum(w > 0.05 * speed for w in waits) / len(waits),
+                    measured_service_mean_s=s_mean, measured_service_scv=s_var / s_mean**2,
+                    wall_s=time.monotonic() - started)
+
+
+CASES = (
+    Case("1055/h", "turnstile=0.7,recaptcha_v2=0.3", 10),  # utilisation 0.80
+    Case("1121/h", "turnstile=0.7,recaptcha_v2=0.3", 10),  # 0.85
+    Case("2374/h", "turnstile=0.7,recaptcha_v2=0.3", 20),  # 0.90
+    Case("3300/h", "turnstile=1", 15),  # 0.80, one kind
+)
+
+
+def run(*, cases: tuple[Case, ...] = CASES, speed: float = 10.0, duration_s: float = 300.0,
+        warmup_s: float = 30.0) -> dict[str, Any]:
+    rows = []
+    for case in cases:
+        log(f"  plan {case.rate} {case.mix} on {case.threads} threads ...")
+        m = measure(case, speed=speed, duration_s=duration_s, warmup_s=warmup_s)
+        p = m.predicted
+        log(f"    predicted p95 {p['p95_wait_s']:.1f} s, mean {p['mean_wait_s']:.1f} s; measured p95 "
+            f"{m.measured_p95_wait_s:.1f} s, mean {m.measured_mean_wait_s:.1f} s ({m.solved} solved)")
+        rows.append(asdict(m))
+    return {"params": {"speed": speed, "duration_s": duration_s, "warmup_s": warmup_s}, "cases": rows,
+            "targets": {}}
