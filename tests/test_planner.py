@@ -222,3 +222,14 @@ def test_recommended_configuration_meets_the_predicted_wait(redis_server: Any) -
     assert m.solved >= 0.9 * m.tasks * (90 - 15) / 90
     assert m.measured_service_mean_s == pytest.approx(p["mean_service_s"], rel=0.1)  # the service-time model
     assert m.measured_p95_wait_s == pytest.approx(p["p95_wait_s"], rel=TOLERANCE)
+
+
+def test_the_operations_guide_shows_what_the_planner_prints() -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    block = doc.split("$ captcha-worker plan --rate 1000/h --mix turnstile=0.7,recaptcha_v2=0.3 --p95-wait 30s\n")[1]
+    shown = block.split("\n```")[0]
+    proc = run_cli("plan", "--rate", "1000/h", "--mix", MIX, "--p95-wait", "30s")
+    assert proc.stdout.rstrip() == shown
+    big = run_cli("plan", "--rate", "20000/h", "--mix", MIX, "--p95-wait", "30s").stdout
+    plan_line = next(line for line in big.splitlines() if line.startswith("plan "))
+    assert plan_line.removeprefix("plan").strip() in " ".join(doc.split())

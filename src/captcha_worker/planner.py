@@ -345,7 +345,8 @@ def _seconds(value: float) -> str:
 
 def values_snippet(rec: Recommendation, release: Release, index: int) -> str:
     """A values.yaml for one release of the recommendation."""
-    lines = [f"# captcha-worker plan: {release.plan.name} for {100 * release.share:.0f} % of "
+    share = f"{100 * release.share:.0f} % of " if len(rec.releases) > 1 else ""
+    lines = [f"# captcha-worker plan: {release.plan.name} for {share}"
              f"{rec.workload.rate_per_s * 3600:.0f} tasks/h ({_mix_text(rec.workload)}), "
              f"predicted p95 wait {_seconds(release.prediction.p95_wait_s)}",
              "captchaai:", f"  threads: {release.plan.threads}", f"  monthlyPrice: {release.plan.monthly_price:g}",
