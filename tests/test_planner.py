@@ -208,9 +208,9 @@ TOLERANCE = 0.5  # measured p95 within ±50 % of the prediction: a 90 s run at 2
 @pytest.mark.slow
 def test_recommended_configuration_meets_the_predicted_wait(redis_server: Any) -> None:
     """`plan` for a 10-thread plan at 80 % utilisation, run for 30 simulated minutes (90 s at --speed 20): the
-    measured p95 queue wait lands within TOLERANCE of the prediction. Longer runs: bench/p6_planner.py."""
+    measured p95 queue wait lands within TOLERANCE of the prediction. Longer runs: bench/p7_planner.py."""
     sys.path.insert(0, str(ROOT))
-    from bench.p6_planner import Case, measure
+    from bench.p7_planner import Case, measure
 
     m = measure(Case("1055/h", MIX, 10), speed=20, duration_s=90, warmup_s=15, seed=7)
     p = m.predicted

@@ -19,7 +19,7 @@ The model (a queueing model, stated so its limits are clear):
   pods, so a scaled-down deployment waits longer than the model says.
 
 ``tests/test_planner.py`` runs a recommended configuration against the simulator and compares the measured p95
-wait with the prediction; ``bench/p6_planner.py`` does it at length (docs/benchmarks.md).
+wait with the prediction; ``bench/p7_planner.py`` does it at length (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""P6: does `captcha-worker plan` predict the queue wait? Run the configuration it recommends against the simulator
+"""P7: does `captcha-worker plan` predict the queue wait? Run the configuration it recommends against the simulator
 and compare the measured wait with the prediction.
 
 For each case: ``captcha-worker plan --rate R --mix M --p95-wait TARGET --plan LAB=T:1`` (the plan table reduced
