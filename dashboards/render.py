@@ -30,8 +30,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FuncFormatter
 
 from captcha_worker import prom
 
@@ -80,103 +81,153 @@ def panel_series(url: str, panel: dict[str, Any], *, namespace: str, job: str, s
 
 
 # -- drawing ------------------------------------------------------------------------------------------------
+TITLE_UNITS, LEGEND_LINE_UNITS = 0.75, 0.42  # grid row units: a panel's title band, one legend line
+
+
 def _fmt(value: float, unit: str, decimals: int | None = None) -> str:
     if unit == "percentunit":
         return f"{100 * value:.{0 if decimals is None else decimals}f} %"
     suffix = {"s": " s", "reqps": "/s"}.get(unit, "")
-    if decimals is None:
-        decimals = 0 if float(value).is_integer() else (1 if abs(value) >= 10 else 2)
-    return f"{value:,.{decimals}f}{suffix}".replace(",", " ")
+    if decimals is not None:
+        text = f"{value:,.{decimals}f}"
+    elif float(value).is_integer() or abs(value) >= 100:
+        text = f"{value:,.0f}"
+    else:
+        text = f"{value:.3g}"
+    return text.replace(",", " ") + suffix
 
 
-def _frame(ax: Axes, title: str) -> None:
-    ax.set_facecolor(PANEL)
-    for spine in ax.spines.values():
-        spine.set_color(GRID)
-    ax.set_title(title, color=TEXT, fontsize=10, loc="left", pad=6, fontweight="bold")
+@dataclass(frozen=True)
+class Box:
+    """A panel's place in figure coordinates, and the height of one grid row unit."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+    unit: float
+
+    def band(self, top_units: float, bottom_units: float = 0.0, left: float = 0.004,
+             right: float = 0.004) -> tuple[float, float, float, float]:
+        """The rectangle left after `top_units` of title, `bottom_units` of legend and the side margins."""
+        return (self.x + left, self.y + bottom_units * self.unit,
+                self.w - left - right, self.h - (top_units + bottom_units) * self.unit)
 
 
-def _stat(ax: Axes, panel: dict[str, Any], series: list[Series]) -> None:
-    _frame(ax, panel["title"])
-    ax.set_xticks([])
-    ax.set_yticks([])
+def _background(fig: Figure, box: Box, title: str) -> None:
+    fig.patches.append(Rectangle((box.x, box.y), box.w, box.h, transform=fig.transFigure,
+                                                    facecolor=PANEL, edgecolor=GRID, linewidth=0.8, zorder=-1))
+    fig.text(box.x + 0.004, box.y + box.h - 0.4 * box.unit, title, color=TEXT, fontsize=10, fontweight="bold",
+             va="center")
+
+
+def _stat(fig: Figure, box: Box, panel: dict[str, Any], series: list[Series]) -> None:
+    ax = fig.add_axes(box.band(TITLE_UNITS, 0.2))
+    ax.set_axis_off()
     defaults = panel["fieldConfig"]["defaults"]
     steps = defaults.get("thresholds", {}).get("steps", [])
     if not series:
         ax.text(0.5, 0.5, "No data", color=DIM, ha="center", va="center", fontsize=14, transform=ax.transAxes)
         return
-    for i, s in enumerate(series[:4]):
+    shown = series[:4]
+    for i, s in enumerate(shown):
         value = s.values[-1]
         color = next((st["color"] for st in reversed(steps) if st["value"] is None or value >= st["value"]),
                      "green")
         color = {"green": "#73BF69", "red": "#F2495C"}.get(color, color)
-        x = (i + 0.5) / min(len(series), 4)
-        ax.text(x, 0.50, _fmt(value, defaults.get("unit", "short"), defaults.get("decimals")), color=color,
-                ha="center", va="center", fontsize=22 if len(series) == 1 else 17, fontweight="bold",
-                transform=ax.transAxes)
-        ax.text(x, 0.18, s.legend, color=DIM, ha="center", va="center", fontsize=9, transform=ax.transAxes)
+        x = (i + 0.5) / len(shown)
         if panel["options"].get("graphMode") == "area" and len(s.values) > 1:
-            spark = ax.inset_axes((0.02, 0.02, 0.96, 0.3))
+            spark = ax.inset_axes((0.0, 0.0, 1.0, 0.3))
             spark.fill_between(s.times, s.values, color=color, alpha=0.25, linewidth=0)
             spark.plot(s.times, s.values, color=color, linewidth=1)
+            spark.set_ylim(bottom=0)
             spark.set_axis_off()
+        ax.text(x, 0.68, _fmt(value, defaults.get("unit", "short"), defaults.get("decimals")), color=color,
+                ha="center", va="center", fontsize=22 if len(shown) == 1 else 18, fontweight="bold",
+                transform=ax.transAxes)
+        ax.text(x, 0.42, s.legend, color=DIM, ha="center", va="center", fontsize=9, transform=ax.transAxes)
 
 
-def _graph(ax: Axes, panel: dict[str, Any], series: list[Series]) -> None:
-    _frame(ax, panel["title"])
+def _tick_formatter(unit: str) -> FuncFormatter:
+    return FuncFormatter(lambda v, _: _fmt(v, unit, 0 if unit == "percentunit" else None))
+
+
+def _legend_columns(box: Box) -> int:
+    return 1 if box.w < 0.26 else (2 if box.w < 0.45 else 3)
+
+
+def _graph(fig: Figure, box: Box, panel: dict[str, Any], series: list[Series]) -> None:
     defaults = panel["fieldConfig"]["defaults"]
     unit = defaults.get("unit", "short")
-    ax.tick_params(colors=DIM, labelsize=7)
+    shown = series[:12]
+    cols = _legend_columns(box)
+    legend_units = min(math.ceil(len(shown) / cols) * LEGEND_LINE_UNITS + 0.15, 0.45 * box.h / box.unit)
+    right = any(s.right for s in shown)
+    ax = fig.add_axes(box.band(TITLE_UNITS, legend_units + 0.35, left=0.03, right=0.028 if right else 0.006))
+    ax.set_facecolor(PANEL)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.tick_params(colors=DIM, labelsize=7, length=0)
     ax.grid(color=GRID, linewidth=0.6)
-    ax.set_ylim(bottom=0, top=defaults.get("max"))
-    ax.yaxis.set_major_formatter(lambda v, _: _fmt(v, unit, 0 if unit == "percentunit" else None))
     ax.xaxis.set_major_formatter(lambda v, _: f"{v / 60:.0f} min" if v else "0")
-    twin = ax.twinx() if any(s.right for s in series) else None
-    if twin is not None:
-        twin.tick_params(colors=DIM, labelsize=7)
-        twin.set_ylim(bottom=0)
-    lines = []
-    for i, s in enumerate(series[:12]):
-        target = twin if (s.right and twin is not None) else ax
-        (line,) = target.plot(s.times, s.values, color=PALETTE[i % len(PALETTE)], linewidth=1.2,
-                              label=f"{s.legend}  (max {_fmt(max(s.values), 'short')})")
-        target.fill_between(s.times, s.values, color=PALETTE[i % len(PALETTE)], alpha=0.08, linewidth=0)
-        lines.append(line)
-    if not series:
+    if not shown:
         ax.text(0.5, 0.5, "No data", color=DIM, ha="center", va="center", fontsize=12, transform=ax.transAxes)
         return
-    legend = ax.legend(handles=lines, loc="upper left", fontsize=6.5, frameon=False, labelcolor=TEXT,
-                       ncol=2 if len(lines) > 4 else 1)
-    legend.set_zorder(5)
+    twin = ax.twinx() if right else None
+    lines = []
+    for i, s in enumerate(shown):
+        target = twin if (s.right and twin is not None) else ax
+        color = PALETTE[i % len(PALETTE)]
+        (line,) = target.plot(s.times, s.values, color=color, linewidth=1.2,
+                              label=f"{s.legend}   max {_fmt(max(s.values), unit if target is ax else 'short')}")
+        target.fill_between(s.times, s.values, color=color, alpha=0.06, linewidth=0)
+        lines.append(line)
+    for axis, u in ((ax, unit), (twin, "short")):
+        if axis is None:
+            continue
+        axis.set_ylim(bottom=0, top=defaults.get("max") if axis is ax else None)  # after plotting: autoscaled
+        axis.yaxis.set_major_formatter(_tick_formatter(u))
+        axis.tick_params(colors=DIM, labelsize=7, length=0)
+        for spine in axis.spines.values():
+            spine.set_visible(False)
+    anchor = (box.x + 0.004, box.y + (legend_units + 0.1) * box.unit)
+    fig.legend(handles=lines, loc="upper left", bbox_to_anchor=anchor,
+               bbox_transform=fig.transFigure, ncol=cols, fontsize=7, frameon=False, labelcolor=TEXT,
+               handlelength=1.2, columnspacing=1.5, borderaxespad=0)
+
+
+def picture(doc: dict[str, Any], series: dict[str, list[Series]], out: Path, subtitle: str = "") -> None:
+    """Draw the dashboard `doc` with each panel's `series` (by title) where its gridPos puts it."""
+    panels = doc["panels"]
+    height = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
+    inches = height * ROW_IN + 0.8
+    fig: Figure = plt.figure(figsize=(24 * COL_IN, inches), facecolor=BG)
+    top = 1 - 0.8 / inches
+    fig.text(0.006, 1 - 0.35 / inches, doc["title"], color=TEXT, fontsize=16, fontweight="bold", va="center")
+    fig.text(0.12, 1 - 0.35 / inches, subtitle, color=DIM, fontsize=10, va="center")
+    unit = top / height
+    for p in panels:
+        g = p["gridPos"]
+        box = Box(g["x"] / 24 + 0.002, top - (g["y"] + g["h"]) * unit + 0.002, g["w"] / 24 - 0.004,
+                  g["h"] * unit - 0.004, unit)
+        if p["type"] == "row":
+            fig.text(box.x + 0.002, box.y + box.h / 2, p["title"], color=TEXT, fontsize=13, fontweight="bold",
+                     va="center")
+            continue
+        _background(fig, box, p["title"])
+        (_stat if p["type"] == "stat" else _graph)(fig, box, p, series.get(p["title"], []))
+    fig.savefig(out, dpi=72, facecolor=BG)
+    plt.close(fig)
 
 
 def draw(url: str, out: Path, *, namespace: str, job: str, start: float, end: float,
          dashboard: Path = DASHBOARD, subtitle: str = "") -> dict[str, int]:
     """Draw every panel of `dashboard` from Prometheus at `url`; return the number of series per panel title."""
     doc = json.loads(dashboard.read_text())
-    panels = doc["panels"]
-    height = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
-    fig: Figure = plt.figure(figsize=(24 * COL_IN, height * ROW_IN + 0.9), facecolor=BG)
-    top = 1 - 0.9 / (height * ROW_IN + 0.9)
-    fig.text(0.01, 1 - 0.3 / (height * ROW_IN + 0.9), doc["title"], color=TEXT, fontsize=16, fontweight="bold",
-             va="center")
-    fig.text(0.13, 1 - 0.3 / (height * ROW_IN + 0.9), subtitle, color=DIM, fontsize=10, va="center")
-    counts: dict[str, int] = {}
-    for p in panels:
-        g = p["gridPos"]
-        box = (g["x"] / 24 + 0.003, top * (1 - (g["y"] + g["h"]) / height) + 0.002, g["w"] / 24 - 0.006,
-               top * g["h"] / height - 0.004)
-        if p["type"] == "row":
-            fig.text(box[0], box[1] + box[3] / 2, p["title"], color=TEXT, fontsize=12, fontweight="bold",
-                     va="center")
-            continue
-        series = panel_series(url, p, namespace=namespace, job=job, start=start, end=end)
-        counts[p["title"]] = len(series)
-        ax = fig.add_axes(box)
-        (_stat if p["type"] == "stat" else _graph)(ax, p, series)
-    fig.savefig(out, dpi=72, facecolor=BG)
-    plt.close(fig)
-    return counts
+    series = {p["title"]: panel_series(url, p, namespace=namespace, job=job, start=start, end=end)
+              for p in doc["panels"] if p["type"] != "row"}
+    picture(doc, series, out, subtitle)
+    return {title: len(s) for title, s in series.items()}
 
 
 # -- the demo run -------------------------------------------------------------------------------------------

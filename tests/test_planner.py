@@ -233,3 +233,12 @@ def test_the_operations_guide_shows_what_the_planner_prints() -> None:
     big = run_cli("plan", "--rate", "20000/h", "--mix", MIX, "--p95-wait", "30s").stdout
     plan_line = next(line for line in big.splitlines() if line.startswith("plan "))
     assert plan_line.removeprefix("plan").strip() in " ".join(doc.split())
+
+
+def test_a_concurrency_that_does_not_divide_the_threads_leaves_threads_idle() -> None:
+    w = planner.from_methods(planner.parse_rate("3000/h"), planner.parse_mix("turnstile=1"))  # ~10.6 busy
+    rec = planner.recommend(w, 30, (Plan("P", 15, 1.0),), concurrency=7)
+    r = rec.releases[0]
+    assert (r.concurrency, r.max_replicas, r.prediction.threads) == (7, 2, 14)
+    assert r.prediction.p95_wait_s == planner.predict(w, 14).p95_wait_s > planner.predict(w, 15).p95_wait_s
+    assert "1 threads never used" in planner.report(rec)

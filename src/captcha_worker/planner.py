@@ -183,10 +183,11 @@ def _releases(w: Workload, combo: tuple[Plan, ...], target_s: float,
     out = []
     for plan in combo:  # traffic split in proportion to threads: every release runs at the same utilisation
         share = plan.threads / total
-        pred = predict(w.split(share), plan.threads)
+        conc = min(concurrency, plan.threads) if concurrency else concurrency_for(plan.threads)
+        serving = plan.threads // conc * conc  # a concurrency that does not divide the threads leaves some idle
+        pred = predict(w.split(share), serving)
         if pred.p95_wait_s > target_s:
             return None
-        conc = concurrency if concurrency and plan.threads % concurrency == 0 else concurrency_for(plan.threads)
         out.append(Release(plan, share, conc, pred))
     return tuple(out)
 
@@ -364,8 +365,10 @@ def values_snippet(rec: Recommendation, release: Release, index: int) -> str:
 def _release_text(r: Release) -> str:
     p = r.prediction
     share = f", {100 * r.share:.0f} % of the traffic" if r.share < 1 else ""
-    return (f"{r.plan.name} {r.plan.threads} threads{share}: worker.concurrency {r.concurrency}, maxReplicaCount "
-            f"{r.max_replicas}, utilisation {100 * p.utilisation:.0f} %, P(wait) {100 * p.p_wait:.0f} %, "
+    idle = (f" ({r.plan.threads - p.threads} threads never used: {r.concurrency} does not divide {r.plan.threads})"
+            if p.threads < r.plan.threads else "")
+    return (f"{r.plan.name} {r.plan.threads} threads{share}: worker.concurrency {r.concurrency}{idle}, "
+            f"maxReplicaCount {r.max_replicas}, utilisation {100 * p.utilisation:.0f} %, P(wait) {100 * p.p_wait:.0f} %, "
             f"mean wait {_seconds(p.mean_wait_s)}, p95 wait {_seconds(p.p95_wait_s)}")
 
 
