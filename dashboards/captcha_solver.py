@@ -27,7 +27,7 @@ PLAN = Row("Plan & budget", (
          "time makes solves dearer. No data: monthlyPrice is 0 or nothing was solved.",
          (Q("per 1 000 solves", f"(max({m('plan_monthly_price')}) > 0) * 1000 / "
                                 f"(sum({rate('tasks_total', '$__range', outcome='solved')}) * {MONTH_S} > 0)"),),
-         w=8, decimals=2),
+         w=8),  # no fixed decimals: a few hundredths of a dollar is the usual figure
     Stat("Balance",
          "Account balance as reported by getbalance (plans are billed per month; the balance is shown for "
          "completeness).",
