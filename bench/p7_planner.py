@@ -139,9 +139,9 @@ def measure(case: Case, *, speed: float, duration_s: float, warmup_s: float, see
 
 
 CASES = (  # utilisation 0.7, 0.8 and 0.9 of the planned threads
-    Case("923/h", "turnstile=0.7,recaptcha_v2=0.3", 10),
-    Case("1055/h", "turnstile=0.7,recaptcha_v2=0.3", 10),
-    Case("2374/h", "turnstile=0.7,recaptcha_v2=0.3", 20),
+    Case("910/h", "turnstile=0.7,recaptcha_v2=0.3", 10),
+    Case("1039/h", "turnstile=0.7,recaptcha_v2=0.3", 10),
+    Case("2339/h", "turnstile=0.7,recaptcha_v2=0.3", 20),
 )
 
 

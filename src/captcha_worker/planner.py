@@ -4,8 +4,8 @@ The model (a queueing model, stated so its limits are clear):
 
 * Tasks arrive as a Poisson stream of rate λ (``--rate``, or the observed rate with ``--from-prometheus``).
 * A task holds one plan thread (one worker slot) for its *service time*: the kind's solve time plus the poll lag,
-  the time between the answer being ready and the worker's next ``res.php`` poll (half a poll interval of
-  ``captchaai.PollSchedule``). Solve times per kind are the means and standard deviations of the methods table
+  the time between the answer being ready and the worker's ``res.php`` poll that fetches it (``service_time``:
+  ``captchaai.PollSchedule``'s first poll and interval applied to a normal solve time). Solve times per kind are the means and standard deviations of the methods table
   (``methods.py``) or, with ``--from-prometheus``, what ``captcha_solver_solve_duration_seconds`` measured (the
   poll lag is then already in it). The mix of kinds gives the service time's mean E[S] and its squared
   coefficient of variation c² = Var[S] / E[S]².
@@ -13,7 +13,8 @@ The model (a queueing model, stated so its limits are clear):
   C(T, a) with the offered load a = λ·E[S]; the wait of a task that waits is taken as exponential with mean
   (1 + c²)/2 · E[S] / (T − a) (the Allen–Cunneen approximation: exact for exponential service, c² = 1). So the
   p-th percentile wait is 0 when C ≤ 1 − p, else (1 + c²)/2 · E[S] / (T − a) · ln(C / (1 − p)).
-* Not modelled: retries (unsolvable resubmits, capacity back-off), bursts beyond Poisson, and autoscaling lag. The
+* Not modelled: HTTP round trips and writing the result (a few hundred milliseconds per task against CaptchaAI),
+  retries (unsolvable resubmits, capacity back-off), bursts beyond Poisson, and autoscaling lag. The
   prediction holds with every worker pod up (``keda.scaledObject.minReplicaCount`` = maxReplicaCount, which the
   values snippet sets): KEDA's list triggers add a pod only when the pending list alone outgrows the running
   pods, so a scaled-down deployment waits longer than the model says.
@@ -220,20 +221,39 @@ def recommend(w: Workload, target_p95_s: float, plans: Sequence[Plan] = PLANS,
 
 
 # -- workloads ----------------------------------------------------------------------------------------------
-def poll_lag_s(kind: methods.Kind) -> float:
-    """Mean time from the answer being ready to the poll that fetches it: half the schedule's interval."""
-    return PollSchedule.for_kind(kind).interval / 2
+def _phi(z: float) -> float:
+    return math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+
+
+def _cdf(z: float) -> float:
+    return 0.5 * math.erfc(-z / math.sqrt(2))
+
+
+def service_time(kind: methods.Kind) -> tuple[float, float]:
+    """Mean and standard deviation of how long a task of `kind` holds its thread: the solve time T ~ N(μ, σ) of
+    the methods table until the poll that fetches the answer. The schedule (``captchaai.PollSchedule``) polls first
+    at a = μ − σ, then every δ: an answer ready before a is fetched at a, a later one half an interval after it is
+    ready on average (uniform over δ). So S = max(T, a) + U·δ for T > a, U uniform on [0, 1]. (The tail polls
+    every 5 s after μ + 2.5σ, for 0.6 % of the answers, are left out.)"""
+    mu, sd = kind.solve_mean_s, kind.solve_stddev_s
+    schedule = PollSchedule.for_kind(kind)
+    a, d = schedule.first, schedule.interval
+    if sd == 0:
+        return max(mu, a) + (d / 2 if mu > a else 0.0), (d / math.sqrt(12) if mu > a else 0.0)
+    z = (a - mu) / sd
+    early, late = _cdf(z), 1 - _cdf(z)
+    m1 = a * early + mu * late + sd * _phi(z)  # E[max(T, a)]
+    m2 = a * a * early + (mu * mu + sd * sd) * late + sd * (mu + a) * _phi(z)  # E[max(T, a)²]
+    late_t = mu * late + sd * _phi(z)  # E[T; T > a]
+    mean = m1 + late * d / 2
+    second = m2 + d * late_t + late * d * d / 3  # E[S²] with U independent of T
+    return mean, math.sqrt(max(second - mean * mean, 0.0))
 
 
 def from_methods(rate_per_s: float, mix: Mapping[str, float]) -> Workload:
-    """A workload whose service times are the methods table's solve times plus the poll lag."""
+    """A workload whose service times are the methods table's solve times until the poll that fetches them."""
     total = sum(mix.values())
-    kinds = []
-    for name, weight in mix.items():
-        k = methods.by_name(name)
-        lag = poll_lag_s(k)  # uniform over the interval: its variance adds interval² / 12
-        kinds.append(KindLoad(name, weight / total, k.solve_mean_s + lag,
-                              math.sqrt(k.solve_stddev_s**2 + (2 * lag) ** 2 / 12)))
+    kinds = [KindLoad(name, weight / total, *service_time(methods.by_name(name))) for name, weight in mix.items()]
     return Workload(rate_per_s, tuple(kinds), "solve times from methods.py + poll lag")
 
 
