@@ -5,10 +5,10 @@ The model (a queueing model, stated so its limits are clear):
 * Tasks arrive as a Poisson stream of rate λ (``--rate``, or the observed rate with ``--from-prometheus``).
 * A task holds one plan thread (one worker slot) for its *service time*: the kind's solve time plus the poll lag,
   the time between the answer being ready and the worker's ``res.php`` poll that fetches it (``service_time``:
-  ``captchaai.PollSchedule``'s first poll and interval applied to a normal solve time). Solve times per kind are the means and standard deviations of the methods table
-  (``methods.py``) or, with ``--from-prometheus``, what ``captcha_solver_solve_duration_seconds`` measured (the
-  poll lag is then already in it). The mix of kinds gives the service time's mean E[S] and its squared
-  coefficient of variation c² = Var[S] / E[S]².
+  ``captchaai.PollSchedule``'s first poll and interval applied to a normal solve time). Solve times per kind are
+  the means and standard deviations of the methods table (``methods.py``) or, with ``--from-prometheus``, what
+  ``captcha_solver_solve_duration_seconds`` measured (the poll lag is then already in it). The mix of kinds
+  gives the service time's mean E[S] and its squared coefficient of variation c² = Var[S] / E[S]².
 * T threads are T servers of one FIFO queue: an M/G/T queue. The probability that a task waits is Erlang C,
   C(T, a) with the offered load a = λ·E[S]; the wait of a task that waits is taken as exponential with mean
   (1 + c²)/2 · E[S] / (T − a) (the Allen–Cunneen approximation: exact for exponential service, c² = 1). So the
@@ -388,8 +388,8 @@ def _release_text(r: Release) -> str:
     idle = (f" ({r.plan.threads - p.threads} threads never used: {r.concurrency} does not divide {r.plan.threads})"
             if p.threads < r.plan.threads else "")
     return (f"{r.plan.name} {r.plan.threads} threads{share}: worker.concurrency {r.concurrency}{idle}, "
-            f"maxReplicaCount {r.max_replicas}, utilisation {100 * p.utilisation:.0f} %, P(wait) {100 * p.p_wait:.0f} %, "
-            f"mean wait {_seconds(p.mean_wait_s)}, p95 wait {_seconds(p.p95_wait_s)}")
+            f"maxReplicaCount {r.max_replicas}, utilisation {100 * p.utilisation:.0f} %, "
+            f"P(wait) {100 * p.p_wait:.0f} %, mean wait {_seconds(p.mean_wait_s)}, p95 wait {_seconds(p.p95_wait_s)}")
 
 
 def report(rec: Recommendation) -> str:
