@@ -381,7 +381,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         if ns.from_prometheus:
             workload = planner.from_prometheus(ns.from_prometheus, ns.matchers, ns.window)
         elif ns.rate and ns.mix:
-            workload = planner.from_methods(planner.parse_rate(ns.rate), planner.parse_mix(ns.mix))
+            overhead = planner.parse_duration(ns.overhead) if ns.overhead else planner.OVERHEAD_S
+            workload = planner.from_methods(planner.parse_rate(ns.rate), planner.parse_mix(ns.mix), overhead)
         else:
             raise UsageError("give --rate RATE --mix KIND=SHARE,... or --from-prometheus URL")
         rec = planner.recommend(workload, target, plans, ns.concurrency)
@@ -527,6 +528,8 @@ def _add_plan_command(sub: Subparsers) -> None:
                                                   '\'namespace="captcha", job="solver-captcha-solver-worker"\'')
     p.add_argument("--window", default="1h", help="with --from-prometheus: the range to average over (default 1h)")
     p.add_argument("--p95-wait", default="30s", help="target 95th percentile queue wait (default 30s)")
+    p.add_argument("--overhead", help="with --rate: per-task thread time beyond solve and poll lag "
+                                                      "(API round trips, writing the result; default 0.5s)")
     p.add_argument("--plan", action="append", default=[], metavar="NAME=THREADS:PRICE",
                    help="replace the plan table (repeatable; default STANDARD=15:30, ADVANCE=50:90, PREMIUM=100:170)")
     p.add_argument("--concurrency", type=int, help="worker.concurrency (default: derived from the threads)")

@@ -13,8 +13,9 @@ The model (a queueing model, stated so its limits are clear):
   C(T, a) with the offered load a = λ·E[S]; the wait of a task that waits is taken as exponential with mean
   (1 + c²)/2 · E[S] / (T − a) (the Allen–Cunneen approximation: exact for exponential service, c² = 1). So the
   p-th percentile wait is 0 when C ≤ 1 − p, else (1 + c²)/2 · E[S] / (T − a) · ln(C / (1 − p)).
-* Not modelled: HTTP round trips and writing the result (a few hundred milliseconds per task against CaptchaAI),
-  retries (unsolvable resubmits, capacity back-off), bursts beyond Poisson, and autoscaling lag. The
+* Plus a fixed overhead per task (``OVERHEAD_S``, ``--overhead``): the ``in.php`` and final ``res.php`` round
+  trips and writing the result.
+* Not modelled: retries (unsolvable resubmits, capacity back-off), bursts beyond Poisson, and autoscaling lag. The
   prediction holds with every worker pod up (``keda.scaledObject.minReplicaCount`` = maxReplicaCount, which the
   values snippet sets): KEDA's list triggers add a pod only when the pending list alone outgrows the running
   pods, so a scaled-down deployment waits longer than the model says.
@@ -37,6 +38,9 @@ from captcha_worker.captchaai import PollSchedule
 
 MONTH_S = 30 * 86400  # the dashboard's cost month
 MAX_RELEASES = 6  # the most plans (API keys, releases) a recommendation combines
+#: per task, the thread is also held for the in.php and final res.php round trips and for writing the result;
+#: measured against the simulator (docs/benchmarks.md, P7) at 0.5–0.7 s, about two round trips to CaptchaAI
+OVERHEAD_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -250,11 +254,15 @@ def service_time(kind: methods.Kind) -> tuple[float, float]:
     return mean, math.sqrt(max(second - mean * mean, 0.0))
 
 
-def from_methods(rate_per_s: float, mix: Mapping[str, float]) -> Workload:
-    """A workload whose service times are the methods table's solve times until the poll that fetches them."""
+def from_methods(rate_per_s: float, mix: Mapping[str, float], overhead_s: float = OVERHEAD_S) -> Workload:
+    """A workload whose service times are the methods table's solve times until the poll that fetches them, plus
+    `overhead_s` per task."""
     total = sum(mix.values())
-    kinds = [KindLoad(name, weight / total, *service_time(methods.by_name(name))) for name, weight in mix.items()]
-    return Workload(rate_per_s, tuple(kinds), "solve times from methods.py + poll lag")
+    kinds = []
+    for name, weight in mix.items():
+        mean, sd = service_time(methods.by_name(name))
+        kinds.append(KindLoad(name, weight / total, mean + overhead_s, sd))
+    return Workload(rate_per_s, tuple(kinds), f"solve times from methods.py + poll lag + {overhead_s:g} s overhead")
 
 
 def _by_method(result: list[dict[str, Any]]) -> dict[str, float]:
