@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import json
+import math
 import random
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench.common import ROOT, log, percentile
-from captcha_worker import demo
+from captcha_worker import demo, methods
 from captcha_worker.client import CaptchaQueue, Solved
 
 PARAMS: dict[str, tuple[str, dict[str, str]]] = {  # kind -> (method, params) of a valid task
@@ -58,6 +60,9 @@ class Measured:
     measured_p_wait: float  # share of tasks that waited more than 2 poll ticks (0.05 s real x speed)
     measured_service_mean_s: float  # claim to result: the time a task held its thread
     measured_service_scv: float
+    replayed_mean_wait_s: float  # an ideal FIFO queue of T servers fed with the run's arrivals and holding times
+    replayed_p95_wait_s: float
+    band_p95_wait_s: dict[str, float]  # quantiles of the p95 over windows of this length in the model's own queue
     wall_s: float
 
 
@@ -92,8 +97,18 @@ async def _ready(q: CaptchaQueue, workers: int, timeout_s: float = 30.0) -> None
     await asyncio.sleep(1.0)  # first threadsinfo reads and budget units taken
 
 
+@dataclass(frozen=True)
+class Task:
+    """One solved task of a run, in real seconds (scaled by the speed) from the start of the producer."""
+
+    submitted: float
+    claimed: float
+    finished: float
+    counted: bool  # submitted after the warm-up
+
+
 async def _drive(case: Case, rec: dict[str, Any], speed: float, duration_s: float, warmup_s: float,
-                 seed: int) -> tuple[list[float], list[float], int]:
+                 seed: int) -> tuple[list[Task], int]:
     from captcha_worker.planner import parse_mix, parse_rate
 
     release = rec["releases"][0]
@@ -103,40 +118,91 @@ async def _drive(case: Case, rec: dict[str, Any], speed: float, duration_s: floa
     async with demo.running_stack(ns) as (stack, _), CaptchaQueue.from_url(stack.redis_url) as q:
         await _ready(q, ns.workers)
         ids, counted = [], set()
-        start = time.monotonic()
+        start, t0 = time.monotonic(), time.time()
         for at, kind in arrivals:
             await asyncio.sleep(max(0.0, start + at - time.monotonic()))
             method, params = PARAMS[kind]
             ids.append(await q.submit(method, params))
             if at >= warmup_s:
                 counted.add(ids[-1])
-        waits, service = [], []
+        tasks = []
         async for outcome in q.as_completed(ids, timeout=120):
-            if isinstance(outcome, Solved) and outcome.id in counted:
-                if outcome.queued_s is not None:
-                    waits.append(outcome.queued_s * speed)
-                t = outcome.timings
-                if t.claimed_at is not None and t.finished_at is not None:
-                    service.append((t.finished_at - t.claimed_at) * speed)
-    return waits, service, len(ids)
+            t = outcome.timings if isinstance(outcome, Solved) else None
+            if t is not None and t.submitted_at and t.claimed_at and t.finished_at:
+                tasks.append(Task((t.submitted_at - t0) * speed, (t.claimed_at - t0) * speed,
+                                  (t.finished_at - t0) * speed, outcome.id in counted))
+    return sorted(tasks, key=lambda x: x.submitted), len(ids)
 
 
-def measure(case: Case, *, speed: float, duration_s: float, warmup_s: float, seed: int = 7) -> Measured:
+def fifo_waits(arrivals: list[float], holds: list[float], servers: int) -> list[float]:
+    """The waits of an ideal FIFO queue with `servers` servers for these arrival times (sorted) and holding times."""
+    free = [0.0] * servers
+    waits = []
+    for at, hold in zip(arrivals, holds, strict=True):
+        start = max(at, heapq.heappop(free))
+        heapq.heappush(free, start + hold)
+        waits.append(start - at)
+    return waits
+
+
+def model_holds(mix: dict[str, float], n: int, rng: random.Random) -> list[float]:
+    """Holding times as the planner models them: a normal solve time fetched by the poll schedule, plus the
+    per-task overhead."""
+    from captcha_worker.captchaai import PollSchedule
+    from captcha_worker.planner import OVERHEAD_S
+
+    kinds = {k: (methods.by_name(k), PollSchedule.for_kind(methods.by_name(k))) for k in mix}
+    out = []
+    for name in rng.choices(list(mix), list(mix.values()), k=n):
+        kind, sched = kinds[name]
+        solve = rng.gauss(kind.solve_mean_s, kind.solve_stddev_s)
+        late = max(0.0, solve - sched.first)
+        out.append(sched.first + math.ceil(late / sched.interval) * sched.interval + OVERHEAD_S)
+    return out
+
+
+def model_windows(mix: dict[str, float], rate_per_s: float, threads: int, *, duration_s: float, warmup_s: float,
+                  reps: int, seed: int = 1) -> list[float]:
+    """The p95 wait of `reps` windows of `duration_s` (real seconds) of the model's own queue: how much the p95 of
+    a run of that length varies by chance alone."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(reps):
+        arrivals = [t for t, _ in _arrivals(rate_per_s, mix, duration_s, rng.randrange(1 << 30))]
+        waits = fifo_waits(arrivals, model_holds(mix, len(arrivals), rng), threads)
+        out.append(percentile([w for t, w in zip(arrivals, waits, strict=True) if t >= warmup_s], 95))
+    return sorted(out)
+
+
+def measure(case: Case, *, speed: float, duration_s: float, warmup_s: float, seed: int = 7,
+            band_reps: int = 200) -> Measured:
+    from captcha_worker.planner import parse_mix, parse_rate
+
     rec = plan(case)
     started = time.monotonic()
-    waits, service, tasks = asyncio.run(_drive(case, rec, speed, duration_s, warmup_s, seed))
-    if not waits or not service:
+    tasks, submitted = asyncio.run(_drive(case, rec, speed, duration_s, warmup_s, seed))
+    kept = [t for t in tasks if t.counted]
+    if not kept:
         raise RuntimeError("no solved task after the warm-up")
-    s_mean = sum(service) / len(service)
-    s_var = sum((x - s_mean) ** 2 for x in service) / len(service)
+    waits = [t.claimed - t.submitted for t in kept]
+    holds = [t.finished - t.claimed for t in kept]
+    s_mean = sum(holds) / len(holds)
+    s_var = sum((x - s_mean) ** 2 for x in holds) / len(holds)
+    threads = rec["releases"][0]["threads"]
+    replay = fifo_waits([t.submitted for t in tasks], [t.finished - t.claimed for t in tasks], threads)
+    replayed = [w for t, w in zip(tasks, replay, strict=True) if t.counted]
+    band = model_windows(parse_mix(case.mix), parse_rate(case.rate), threads, duration_s=duration_s * speed,
+                         warmup_s=warmup_s * speed, reps=band_reps)
     return Measured(case=asdict(case), speed=speed, duration_s=duration_s, warmup_s=warmup_s,
                     predicted=rec["releases"][0] | {"threads_needed": rec["threads_needed"],
                                                     "mean_service_s": rec["workload"]["mean_service_s"],
                                                     "scv": rec["workload"]["scv"]},
-                    tasks=tasks, solved=len(waits), measured_mean_wait_s=sum(waits) / len(waits),
+                    tasks=submitted, solved=len(kept), measured_mean_wait_s=sum(waits) / len(waits),
                     measured_p95_wait_s=percentile(waits, 95),
                     measured_p_wait=sum(w > 0.05 * speed for w in waits) / len(waits),
                     measured_service_mean_s=s_mean, measured_service_scv=s_var / s_mean**2,
+                    replayed_mean_wait_s=sum(replayed) / len(replayed), replayed_p95_wait_s=percentile(replayed, 95),
+                    band_p95_wait_s={f"q{q}": percentile(band, q) for q in (1, 5, 50, 95, 99)},
                     wall_s=time.monotonic() - started)
 
 
@@ -155,7 +221,9 @@ def run(*, cases: tuple[Case, ...] = CASES, speed: float = 20.0, duration_s: flo
         m = measure(case, speed=speed, duration_s=duration_s, warmup_s=warmup_s)
         p = m.predicted
         log(f"    predicted p95 {p['p95_wait_s']:.1f} s, mean {p['mean_wait_s']:.1f} s; measured p95 "
-            f"{m.measured_p95_wait_s:.1f} s, mean {m.measured_mean_wait_s:.1f} s ({m.solved} solved)")
+            f"{m.measured_p95_wait_s:.1f} s, mean {m.measured_mean_wait_s:.1f} s ({m.solved} solved); replayed p95 "
+            f"{m.replayed_p95_wait_s:.1f} s; chance band (5-95 %) {m.band_p95_wait_s['q5']:.1f}-"
+            f"{m.band_p95_wait_s['q95']:.1f} s")
         rows.append(asdict(m))
     return {"params": {"speed": speed, "duration_s": duration_s, "warmup_s": warmup_s}, "cases": rows,
             "targets": {}}

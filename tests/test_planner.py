@@ -234,26 +234,59 @@ def test_values_snippets_pass_the_chart_schema_and_helm(rate: str, tmp_path: Pat
 
 
 # -- the prediction against the simulator -------------------------------------------------------------------
-TOLERANCE = 0.5  # measured p95 within ±50 % of the prediction: a 90 s run at 20x is 30 min of traffic
+def _p7() -> Any:
+    sys.path.insert(0, str(ROOT))
+    from bench import p7_planner
+
+    return p7_planner
+
+
+@pytest.mark.parametrize(("threads", "utilisation"), [(10, 0.7), (10, 0.8), (20, 0.9), (50, 0.9)])
+def test_the_formula_matches_a_long_simulation_of_its_own_queue(threads: int, utilisation: float) -> None:
+    """Erlang C with the Allen–Cunneen tail against a discrete-event simulation of the same M/G/c queue (Poisson
+    arrivals, the poll schedule's holding times) over 300 000 s: the p95 within 10 %, P(wait) within 10 %."""
+    p7 = _p7()
+    mix = planner.parse_mix(MIX)
+    rate = utilisation * threads / planner.from_methods(1.0, mix).mean_s
+    pred = planner.predict(planner.from_methods(rate, mix), threads)
+    rng = __import__("random").Random(3)
+    arrivals = [t for t, _ in p7._arrivals(rate, mix, 300_000, 11)]
+    waits = p7.fifo_waits(arrivals, p7.model_holds(mix, len(arrivals), rng), threads)[500:]
+    assert p7.percentile(waits, 95) == pytest.approx(pred.p95_wait_s, rel=0.1)
+    assert sum(w > 0 for w in waits) / len(waits) == pytest.approx(pred.p_wait, rel=0.1)
+
+
+def test_fifo_replay() -> None:
+    p7 = _p7()
+    assert p7.fifo_waits([0, 0, 0, 1], [2, 2, 2, 2], 2) == [0, 0, 2, 1]
+    assert p7.fifo_waits([0, 5], [1, 1], 1) == [0, 0]
 
 
 @pytest.mark.slow
-def test_recommended_configuration_meets_the_predicted_wait(redis_server: Any) -> None:
-    """`plan` for a 10-thread plan at 80 % utilisation, run for 30 simulated minutes (90 s at --speed 20): the
-    measured p95 queue wait lands within TOLERANCE of the prediction. Longer runs: bench/p7_planner.py."""
-    sys.path.insert(0, str(ROOT))
-    from bench.p7_planner import Case, measure
-
-    m = measure(Case("893/h", MIX, 10), speed=20, duration_s=90, warmup_s=15, seed=7)
-    p = m.predicted
+def test_recommended_configuration_behaves_like_the_model(redis_server: Any) -> None:
+    """The configuration `plan` recommends for a 10-thread plan at 70 % utilisation, run for 30 simulated minutes
+    (90 s at --speed 20) against the simulator. A 30-minute p95 varies a lot by chance alone (the model's own queue
+    gives 4-27 s for a 12 s prediction in 90 % of such windows), so the chain from prediction to measurement is
+    checked link by link: the holding time is the modelled one (±5 %); the waits are those of an ideal FIFO queue
+    of 10 servers fed with this run's own arrivals and holding times (p95 within ±15 % or 1 s, mean within ±20 %
+    or 0.3 s: no claim latency, no idle slot, no thread lost to the budget); and the measured p95 lies within the
+    1-99 % band of the model's own queue over windows of this length. Longer runs: bench/p7_planner.py."""
+    p7 = _p7()
+    m = p7.measure(p7.Case("893/h", MIX, 10), speed=20, duration_s=90, warmup_s=15, seed=7)
+    p, band = m.predicted, m.band_p95_wait_s
     print(f"\n  predicted p95 {p['p95_wait_s']:.1f} s (mean {p['mean_wait_s']:.1f} s, P(wait) {p['p_wait']:.2f}); "
           f"measured p95 {m.measured_p95_wait_s:.1f} s (mean {m.measured_mean_wait_s:.1f} s, P(wait) "
-          f"{m.measured_p_wait:.2f}), service {m.measured_service_mean_s:.1f} s vs {p['mean_service_s']:.1f} s, "
-          f"{m.solved} tasks")
+          f"{m.measured_p_wait:.2f}); replayed p95 {m.replayed_p95_wait_s:.1f} s "
+          f"(mean {m.replayed_mean_wait_s:.1f} s); "
+          f"chance band {band['q1']:.1f}-{band['q99']:.1f} s; holding {m.measured_service_mean_s:.1f} s vs "
+          f"{p['mean_service_s']:.1f} s; {m.solved} tasks")
     assert (p["threads"], p["concurrency"], p["max_replicas"]) == (10, 5, 2)
     assert m.solved >= 0.9 * m.tasks * (90 - 15) / 90
-    assert m.measured_service_mean_s == pytest.approx(p["mean_service_s"], rel=0.1)  # the service-time model
-    assert m.measured_p95_wait_s == pytest.approx(p["p95_wait_s"], rel=TOLERANCE)
+    assert m.measured_service_mean_s == pytest.approx(p["mean_service_s"], rel=0.05)
+    assert m.measured_p95_wait_s == pytest.approx(m.replayed_p95_wait_s, rel=0.15, abs=1.0)
+    assert m.measured_mean_wait_s == pytest.approx(m.replayed_mean_wait_s, rel=0.2, abs=0.3)
+    assert band["q1"] <= m.measured_p95_wait_s <= band["q99"]
+    assert band["q5"] < p["p95_wait_s"] < band["q95"]  # the band is the prediction's
 
 
 def test_the_operations_guide_shows_what_the_planner_prints() -> None:
