@@ -98,7 +98,8 @@ def test_p7_planner(results: Path) -> None:
     d = load(results, "p7_planner")
     case = d["cases"][0]
     assert {"predicted", "measured_p95_wait_s", "measured_mean_wait_s", "measured_p_wait", "measured_service_mean_s",
-            "solved", "tasks"} <= case.keys()
+            "replayed_p95_wait_s", "replayed_mean_wait_s", "band_p95_wait_s", "solved", "tasks"} <= case.keys()
+    assert case["band_p95_wait_s"]["q5"] <= case["band_p95_wait_s"]["q95"]
     assert {"threads", "concurrency", "max_replicas", "p95_wait_s", "mean_service_s"} <= case["predicted"].keys()
     assert case["solved"] > 0
 
