@@ -3,7 +3,8 @@
 To add a row (the gateway's tenants row goes between Errors and Workers), append a ``Row`` to :data:`ROWS`;
 to add a series to a panel, a ``Q`` to its queries; then ``make dashboard`` regenerates the JSON and the panel
 section of docs/metrics.md, and the tests prove every query against a real Prometheus. Only metrics the worker
-exports belong here (tests/test_observability.py checks it).
+exports belong here (tests/test_observability.py checks it): the per-worker budget limit and the paid-but-idle
+threads of the budget work become ``Q(...)`` lines of the Plan & budget row when the workers export them.
 """
 
 from __future__ import annotations
