@@ -45,15 +45,23 @@ class Q:
 
 
 @dataclass(frozen=True)
-class Stat:
-    """A big number (the last value of each query)."""
+class _Panel:
+    """What every panel has: a title, a description (Grafana's tooltip), its queries, its size and its unit."""
 
     title: str
     description: str
     queries: tuple[Q, ...]
+    w: int = 12
+    h: int = 8
+    unit: str = "short"
+
+
+@dataclass(frozen=True)
+class Stat(_Panel):
+    """A big number (the last value of each query)."""
+
     w: int = 4
     h: int = 4
-    unit: str = "short"
     decimals: int | None = None
     red_from: float | None = None  # value from which the number turns red
     sparkline: bool = False  # a range query with the value's history behind it
@@ -62,15 +70,9 @@ class Stat:
 
 
 @dataclass(frozen=True)
-class Graph:
+class Graph(_Panel):
     """A time series panel."""
 
-    title: str
-    description: str
-    queries: tuple[Q, ...]
-    w: int = 12
-    h: int = 8
-    unit: str = "short"
     max: float | None = None
     legend: tuple[str, ...] = ("mean", "max")  # the legend table's columns (Grafana reducers)
 
