@@ -23,6 +23,7 @@ PNG_B64 = base64.b64encode(PNG).decode()
 #: extra params that select a kind sharing its method with others (checked against methods.kind_of below)
 DISCRIMINATORS: dict[str, dict[str, str]] = {
     "recaptcha_v3": {"version": "v3"},
+    "recaptcha_v3_enterprise": {"version": "v3", "enterprise": "1"},
     "recaptcha_v2_enterprise": {"enterprise": "1"},
     "geetest_v4": {"version": "4"},
 }
