@@ -59,8 +59,8 @@ def _image(name: str, req: ApiRequest) -> tuple[bytes | None, str | None]:
     if upload is not None:
         if name != "file":
             return decode_base64_image(upload.data.decode("latin-1")), None
-        extension = upload.filename.rpartition(".")[2].lower() if "." in upload.filename else ""
-        bad_extension = upload.filename and extension not in _EXTENSIONS
+        _, dot, extension = upload.filename.rpartition(".")  # no extension at all: judged by its content
+        bad_extension = bool(dot) and extension.lower() not in _EXTENSIONS
         return upload.data, (Code.ERROR_WRONG_FILE_EXTENSION if bad_extension else None)
     text = req.text(name)
     if name == "file":
