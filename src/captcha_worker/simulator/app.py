@@ -41,6 +41,12 @@ _Handler = Callable[[ApiRequest, float], Awaitable[web.Response]]
 _Route = Callable[[web.Request], Awaitable[web.Response]]
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskView:
+    kind: Kind
+    solution: protocol.Solution | None
+
+
 class Simulator:
     """The state of one simulated CaptchaAI account and its HTTP handlers. ``clock`` is monotonic seconds."""
 
@@ -100,6 +106,17 @@ class Simulator:
             busy_thread_seconds=s.meter.busy_s, window_seconds=window,
             utilisation=s.meter.busy_s / (s.threads * window) if window > 0 else 0.0,
         )
+
+    def task_view(self, task_id: int) -> TaskView | None:
+        """What the simulator knows of a task, for in-process callers (tests, tools): its kind, and its answer
+        once solved (None before, and for an unsolvable task). Never served over HTTP."""
+        now = self._clock()
+        self._advance(now)
+        task = self._tasks.get(task_id)
+        if task is None:
+            return None
+        ready = task.ready_at is not None and task.ready_at <= now and not task.unsolvable
+        return TaskView(task.kind, task.solution() if ready else None)
 
     def housekeep(self) -> None:
         """Advances time and drops expired answers and stale ban records (the periodic tick calls it)."""
