@@ -250,6 +250,19 @@ async def test_grid_spellings_of_captchaai_examples(session: aiohttp.ClientSessi
         assert (await api.submit(no_text)).request == "ERROR_BAD_PARAMETERS"  # instructions are required
 
 
+def test_queued_tasks_in_captchaai_grid_spelling_validate_as_grids() -> None:
+    """The worker sends a task's params as they are; the methods table reads the same spellings as the simulator,
+    so such a task is a grid (its metric label, its poll schedule) and is not dead-lettered for a missing param."""
+    params = {"body": "iVBOR", "recaptcha": "1", "textinstructions": "cars"}
+    for method in ("base64", "post"):
+        kind = methods.kind_of(method, params)
+        assert kind is not None and kind.name == "grid"
+        missing = methods.missing_param(kind, {**params, "file": "x"})
+        assert missing is None, missing
+    assert methods.missing_param(methods.by_name("grid"), {"body": "x", "recaptcha": "1"}) is not None
+    assert methods.canonical("turnstile", {"recaptcha": "1"}) == {"recaptcha": "1"}  # only image methods
+
+
 @pytest.mark.parametrize("fields", [
     {"method": "geetest_v4", "captcha_id": "c" * 32, "pageurl": "https://a.example"},  # 2captcha's v4 spelling
     {"method": "hcaptcha", "sitekey": "x", "pageurl": "https://a.example"},

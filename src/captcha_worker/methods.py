@@ -169,8 +169,9 @@ def by_name(name: str) -> Kind:
 
 
 def missing_param(kind: Kind, params: Mapping[str, str]) -> Param | None:
-    """The first required parameter that is absent or empty."""
+    """The first required parameter that is absent or empty (in any spelling :func:`canonical` reads)."""
+    present = canonical(kind.method, params)
     for p in kind.required:
-        if not params.get(p.name):
+        if not present.get(p.name):
             return p
     return None
