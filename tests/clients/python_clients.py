@@ -19,6 +19,7 @@ import base64
 import json
 import logging
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,19 +56,10 @@ def _sdk_result(result: Any) -> dict[str, Any]:
     return {"task_id": str(result.task_id), "answer": answer, "parsed": parsed, "user_agent": result.user_agent}
 
 
-def captchaai_calls(cfg: dict[str, Any]) -> list[Call]:
-    import captchaai
-
-    url, key, image, proxy = cfg["url"], cfg["key"], cfg["image"], cfg["proxy"]
-    holder: dict[str, Any] = {}
-
-    def client() -> Any:  # the constructor calls threadsinfo (its key check): built once, lazily, in a thread
-        if "sync" not in holder:
-            holder["sync"] = captchaai.CaptchaAI(key, base_url=url)
-        return holder["sync"]
-
+def _sdk_solves(image: str, proxy: str) -> list[tuple[str, str, Callable[[Any], Any]]]:
+    """(call, kind, what to do with a client) for every solve the SDK offers."""
     px = {"proxy": proxy, "proxytype": "HTTP"}
-    sync: list[tuple[str, str, Callable[[Any], Any]]] = [
+    return [
         ("normal(image)", "image", lambda c: c.normal(image)),
         ("grid(image, instructions, '3x3')", "grid", lambda c: c.grid(image, "cars", "3x3")),
         ("bls(9 images, instructions)", "bls", lambda c: c.bls([image] * 9, "1234")),
@@ -88,6 +80,22 @@ def captchaai_calls(cfg: dict[str, Any]) -> list[Call]:
         ("send() + get_result()", "turnstile",
          lambda c: c.get_result("turnstile", c.send("turnstile", sitekey="0x4AAAA", pageurl=PAGE))),
     ]
+
+
+def captchaai_calls(cfg: dict[str, Any]) -> list[Call]:
+    import captchaai
+
+    url, key, image = cfg["url"], cfg["key"], cfg["image"]
+    holder: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def client() -> Any:  # the constructor calls threadsinfo (its key check): built once, by the first call
+        with lock:
+            if "sync" not in holder:
+                holder["sync"] = captchaai.CaptchaAI(key, base_url=url)
+            return holder["sync"]
+
+    sync = _sdk_solves(image, cfg["proxy"])
     calls = [Call(name, kind, (lambda f=f: f(client())), _sdk_result) for name, kind, f in sync]
     calls.append(Call("threads_info()", None, lambda: client().threads_info(), lambda v: {"value": v}))
 
@@ -119,16 +127,14 @@ def _two_result(result: Any) -> dict[str, Any]:
             "user_agent": result.get("user_agent")}
 
 
-def twocaptcha_calls(cfg: dict[str, Any]) -> list[Call]:
-    from twocaptcha import AsyncTwoCaptcha, TwoCaptcha
+def _two_solves(cfg: dict[str, Any], solver: Any, extended: Any) -> list[tuple[str, str, Callable[[], Any]]]:
+    """(call, kind, the call) for every solve 2captcha-python offers for a CaptchaAI kind."""
+    from twocaptcha import TwoCaptcha
 
-    server = cfg["url"].removeprefix("https://")
-    key, image = cfg["key"], cfg["image"]
+    image, server = cfg["image"], cfg["url"].removeprefix("https://")
     body = base64.b64encode(Path(image).read_bytes()).decode()
-    solver = TwoCaptcha(key, server=server, pollingInterval=1)
-    extended = TwoCaptcha(key, server=server, pollingInterval=1, extendedResponse=True)
     proxy = {"type": "HTTP", "uri": cfg["proxy"]}
-    solves: list[tuple[str, str, Callable[[], Any]]] = [
+    return [
         ("normal(file)", "image", lambda: solver.normal(image)),
         ("normal(base64)", "image", lambda: solver.normal(body)),
         ("grid(file, rows=3, cols=3, hintText=...)", "grid",
@@ -152,8 +158,20 @@ def twocaptcha_calls(cfg: dict[str, Any]) -> list[Call]:
         ("captchafox(sitekey, pageurl, userAgent, proxy)", "captchafox",
          lambda: solver.captchafox("sk-fox", PAGE, "Mozilla/5.0 Test", proxy)),
         ("TwoCaptcha(callback=URL).turnstile()", "turnstile",
-         lambda: TwoCaptcha(key, server=server, pollingInterval=1, callback=cfg["pingback"]).turnstile("0x4", PAGE)),
+         lambda: TwoCaptcha(cfg["key"], server=server, pollingInterval=1, callback=cfg["pingback"]).turnstile(
+             "0x4", PAGE)),
     ]
+
+
+def twocaptcha_calls(cfg: dict[str, Any]) -> list[Call]:
+    from twocaptcha import AsyncTwoCaptcha, TwoCaptcha
+
+    server = cfg["url"].removeprefix("https://")
+    key, image = cfg["key"], cfg["image"]
+    body = base64.b64encode(Path(image).read_bytes()).decode()
+    solver = TwoCaptcha(key, server=server, pollingInterval=1)
+    extended = TwoCaptcha(key, server=server, pollingInterval=1, extendedResponse=True)
+    solves = _two_solves(cfg, solver, extended)
     calls = [Call(name, kind, f, _two_result) for name, kind, f in solves]
 
     def report(correct: bool) -> Any:
