@@ -175,7 +175,7 @@ def model_windows(mix: dict[str, float], rate_per_s: float, threads: int, *, dur
 
 
 def measure(case: Case, *, speed: float, duration_s: float, warmup_s: float, seed: int = 7,
-            band_reps: int = 200) -> Measured:
+            band_reps: int = 400) -> Measured:
     from captcha_worker.planner import parse_mix, parse_rate
 
     rec = plan(case)
@@ -202,7 +202,7 @@ def measure(case: Case, *, speed: float, duration_s: float, warmup_s: float, see
                     measured_p_wait=sum(w > 0.05 * speed for w in waits) / len(waits),
                     measured_service_mean_s=s_mean, measured_service_scv=s_var / s_mean**2,
                     replayed_mean_wait_s=sum(replayed) / len(replayed), replayed_p95_wait_s=percentile(replayed, 95),
-                    band_p95_wait_s={f"q{q}": percentile(band, q) for q in (1, 5, 50, 95, 99)},
+                    band_p95_wait_s={f"q{q:g}": percentile(band, q) for q in (0.5, 1, 5, 50, 95, 99, 99.5)},
                     wall_s=time.monotonic() - started)
 
 
@@ -218,7 +218,7 @@ def run(*, cases: tuple[Case, ...] = CASES, speed: float = 20.0, duration_s: flo
     rows = []
     for case in cases:
         log(f"  plan {case.rate} {case.mix} on {case.threads} threads ...")
-        m = measure(case, speed=speed, duration_s=duration_s, warmup_s=warmup_s)
+        m = measure(case, speed=speed, duration_s=duration_s, warmup_s=warmup_s, band_reps=200)
         p = m.predicted
         log(f"    predicted p95 {p['p95_wait_s']:.1f} s, mean {p['mean_wait_s']:.1f} s; measured p95 "
             f"{m.measured_p95_wait_s:.1f} s, mean {m.measured_mean_wait_s:.1f} s ({m.solved} solved); replayed p95 "

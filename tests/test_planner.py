@@ -270,7 +270,8 @@ def test_recommended_configuration_behaves_like_the_model(redis_server: Any) -> 
     checked link by link: the holding time is the modelled one (±5 %); the waits are those of an ideal FIFO queue
     of 10 servers fed with this run's own arrivals and holding times (p95 within ±15 % or 1 s, mean within ±20 %
     or 0.3 s: no claim latency, no idle slot, no thread lost to the budget); and the measured p95 lies within the
-    1-99 % band of the model's own queue over windows of this length. Longer runs: bench/p7_planner.py."""
+    0.5-99.5 % band of the model's own queue over windows of this length (so a perfect model fails this link in
+    1 % of runs by construction). Longer runs: bench/p7_planner.py."""
     p7 = _p7()
     m = p7.measure(p7.Case("893/h", MIX, 10), speed=20, duration_s=90, warmup_s=15, seed=7)
     p, band = m.predicted, m.band_p95_wait_s
@@ -278,14 +279,14 @@ def test_recommended_configuration_behaves_like_the_model(redis_server: Any) -> 
           f"measured p95 {m.measured_p95_wait_s:.1f} s (mean {m.measured_mean_wait_s:.1f} s, P(wait) "
           f"{m.measured_p_wait:.2f}); replayed p95 {m.replayed_p95_wait_s:.1f} s "
           f"(mean {m.replayed_mean_wait_s:.1f} s); "
-          f"chance band {band['q1']:.1f}-{band['q99']:.1f} s; holding {m.measured_service_mean_s:.1f} s vs "
+          f"chance band {band['q0.5']:.1f}-{band['q99.5']:.1f} s; holding {m.measured_service_mean_s:.1f} s vs "
           f"{p['mean_service_s']:.1f} s; {m.solved} tasks")
     assert (p["threads"], p["concurrency"], p["max_replicas"]) == (10, 5, 2)
     assert m.solved >= 0.9 * m.tasks * (90 - 15) / 90
     assert m.measured_service_mean_s == pytest.approx(p["mean_service_s"], rel=0.05)
     assert m.measured_p95_wait_s == pytest.approx(m.replayed_p95_wait_s, rel=0.15, abs=1.0)
     assert m.measured_mean_wait_s == pytest.approx(m.replayed_mean_wait_s, rel=0.2, abs=0.3)
-    assert band["q1"] <= m.measured_p95_wait_s <= band["q99"]
+    assert band["q0.5"] <= m.measured_p95_wait_s <= band["q99.5"]
     assert band["q5"] < p["p95_wait_s"] < band["q95"]  # the band is the prediction's
 
 
