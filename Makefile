@@ -5,7 +5,8 @@ VENV  := .venv
 TOOLS := $(CURDIR)/.tools
 export PATH := $(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help test demo venv tools lint unit chart e2e bench bench-smoke compatibility clean
+.PHONY: help test demo venv tools lint unit chart e2e bench bench-smoke compatibility clean dashboard \
+	dashboard-png
 
 help:
 	@echo "make demo   - run the whole thing locally: redis + simulator + workers + producer, with a summary"
@@ -14,6 +15,8 @@ help:
 	@echo "make compatibility - run the client libraries against the simulator, rewrite docs/compatibility.md"
 	@echo "make e2e    - chart on a real kube-apiserver + KEDA operator (builds them into .tools/ once)"
 	@echo "make bench  - benchmarks; results in bench/results/, quoted in docs/benchmarks.md"
+	@echo "make dashboard     - regenerate the Grafana dashboard JSON and its docs from dashboards/ (code)"
+	@echo "make dashboard-png - draw docs/img/dashboard.png from a real Prometheus scraping a demo run (~4 min)"
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml scripts/bootstrap-python.sh
@@ -24,7 +27,7 @@ tools: venv
 	scripts/install-tools.sh
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench dashboards
 	$(VENV)/bin/mypy
 
 test: venv tools lint
@@ -43,6 +46,13 @@ compatibility: venv
 
 bench: venv tools
 	$(VENV)/bin/python -m bench.run
+
+dashboard: venv
+	$(VENV)/bin/python -m dashboards build
+
+dashboard-png: venv
+	scripts/install-tools.sh --only redis,prometheus
+	$(VENV)/bin/python -m dashboards render
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

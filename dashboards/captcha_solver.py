@@ -1,0 +1,158 @@
+"""The captcha-solver dashboard, row by row: what an operator reads, top to bottom.
+
+To add a row (the gateway's tenants row goes between Errors and Workers), append a ``Row`` to :data:`ROWS`;
+to add a series to a panel, a ``Q`` to its queries; then ``make dashboard`` regenerates the JSON and the panel
+section of docs/metrics.md, and the tests prove every query against a real Prometheus. Only metrics the worker
+exports belong here (tests/test_observability.py checks it): the per-worker budget limit and the paid-but-idle
+threads of the budget work become ``Q(...)`` lines of the Plan & budget row when the workers export them.
+"""
+
+from __future__ import annotations
+
+from dashboards.panels import Graph, Q, Row, Stat, m, quantile, rate
+
+UID = "captcha-solver"
+TITLE = "captcha-solver"
+DESCRIPTION = ("captcha-solver: solves, latency, queue, CaptchaAI plan threads, API calls, cost and failures. "
+               "Every query uses the worker's metrics only (docs/metrics.md).")
+MONTH_S = 2592000  # 30 days: the cost figure's month
+
+PLAN = Row("Plan & budget", (
+    Stat("Plan threads / budget",
+         "The plan's threads as CaptchaAI reports them (threadsinfo) next to the budget the workers enforce "
+         "(captchaai.threads). They should be equal.",
+         (Q("plan", f"max({m('plan_threads')})"), Q("budget", f"max({m('budget_limit')})")), w=8),
+    Stat("Cost per 1 000 solves",
+         "Plan price per month (captchaai.monthlyPrice) divided by the solves a 30-day month has at the solve rate "
+         "of the dashboard's time range, times 1 000. The plan is paid whether threads are used or not, so idle "
+         "time makes solves dearer. No data: monthlyPrice is 0 or nothing was solved.",
+         (Q("per 1 000 solves", f"(max({m('plan_monthly_price')}) > 0) * 1000 / "
+                                f"(sum({rate('tasks_total', '$__range', outcome='solved')}) * {MONTH_S} > 0)"),),
+         w=8),  # no fixed decimals: a few hundredths of a dollar is the usual figure
+    Stat("Balance",
+         "Account balance as reported by getbalance (plans are billed per month; the balance is shown for "
+         "completeness).",
+         (Q("balance", f"min({m('balance')})"),), w=8, decimals=2),
+    Graph("Plan-thread utilisation and budget waits",
+          "In-flight solves ÷ plan threads (captchaai.threads): at 100 % with a growing queue the plan is too "
+          "small. Budget waits: solve slots waiting for a plan thread (slot-seconds per second) while tasks are "
+          "pending.",
+          (Q("in flight ÷ plan threads", f"sum({m('in_flight')}) / max({m('budget_limit')})"),
+           Q("slots waiting for a thread", f"sum({rate('budget_wait_seconds_total')})", right_unit="short")),
+          unit="percentunit"),
+    Graph("Plan threads: threadsinfo vs budget",
+          "What CaptchaAI reports (threadsinfo: plan threads, threads busy on the account) against the workers' "
+          "budget (captchaai.threads), the budget units held cluster-wide and by the scraped workers, their solve "
+          "slots and in-flight solves.",
+          (Q("plan threads (threadsinfo)", f"max({m('plan_threads')})"),
+           Q("busy on the account (threadsinfo)", f"max({m('plan_working_threads')})"),
+           Q("budget (captchaai.threads)", f"max({m('budget_limit')})"),
+           Q("budget units held (cluster)", f"max({m('budget_in_use')})"),
+           Q("budget units held (scraped workers)", f"sum({m('budget_held')})"),
+           Q("solve slots", f"sum({m('concurrency_limit')})"),
+           Q("in flight", f"sum({m('in_flight')})")),
+          legend=("lastNotNull", "max")),
+))
+
+QUEUE = Row("Queue & solves", (
+    Stat("Tasks pending", "Tasks waiting in {queue}:pending, as last read by the workers' heartbeat.",
+         (Q("pending", f"max({m('queue_depth', state='pending')})"),), w=4, h=8, sparkline=True),
+    Graph("Queue depth vs replicas",
+          "Pending, processing and dead-letter list lengths (from the workers' heartbeat) against the workers "
+          "exporting metrics (replicas) and the ready ones. KEDA adds a replica per worker.concurrency pending "
+          "tasks, up to floor(threads / concurrency).",
+          (Q("{{state}}", f"max by (state) ({m('queue_depth')})"),
+           Q("replicas", f"count({m('build_info')})", right_unit="short"),
+           Q("ready", f"sum({m('worker_ready')})", right_unit="short")), w=10),
+    Graph("Queue wait p50 / p95", "From submission to claim by a worker.",
+          (Q("p50", quantile(0.5, "queue_wait_seconds")), Q("p95", quantile(0.95, "queue_wait_seconds"))),
+          w=10, unit="s"),
+    Graph("Solves/s by method and outcome",
+          "Tasks finished per second by kind and outcome (solved, error, expired, dead_lettered, duplicate, "
+          "released); only combinations seen in the time range.",
+          (Q("{{method}} {{outcome}}",
+             f"sum by (method, outcome) ({rate('tasks_total')}) and on (method, outcome) "
+             f"(sum by (method, outcome) (increase({m('tasks_total')}[$__range])) > 0)"),),
+          unit="reqps"),
+    Graph("Success rate",
+          "Solved ÷ finished (solved + error + expired + dead-lettered). Released tasks (put back on the queue) "
+          "and duplicates are not outcomes for the producer.",
+          (Q("success rate", f"sum({rate('tasks_total', outcome='solved')}) / "
+                             f"sum({rate('tasks_total', outcome='~solved|error|expired|dead_lettered')})"),),
+          w=6, unit="percentunit", max=1, legend=("mean", "min")),
+    Graph("Solve latency p50 / p95 / p99", "From the first in.php call to the answer, solved tasks, all kinds.",
+          tuple(Q(f"p{round(q * 100)}", quantile(q, "solve_duration_seconds")) for q in (0.5, 0.95, 0.99)),
+          w=6, unit="s"),
+    Graph("Solve latency p95 by method", "From the first in.php call to the answer, by kind.",
+          (Q("{{method}}", quantile(0.95, "solve_duration_seconds", by="method")),), unit="s"),
+    Graph("Token age at delivery",
+          "Age of the answer when its result was written for the producer (received from res.php → stored). "
+          "Tokens expire (reCAPTCHA ~120 s), so this should stay far below that.",
+          tuple(Q(f"p{round(q * 100)}", quantile(q, "token_age_seconds")) for q in (0.5, 0.95, 0.99)), unit="s"),
+))
+
+API = Row("CaptchaAI API", (
+    Graph("API calls per solve",
+          "in.php + res.php?action=get calls per solved task, and the average number of res.php polls per "
+          "finished task. High values: the poll schedule is too eager or tasks are resubmitted.",
+          (Q("API calls per solve", f"sum({rate('api_requests_total', api_endpoint='~in|res_get')}) / "
+                                    f"sum({rate('tasks_total', outcome='solved')})"),
+           Q("polls per task", f"sum({rate('polls_per_solve_sum')}) / sum({rate('polls_per_solve_count')})")),
+          w=6),
+    Graph("API errors by code",
+          "CaptchaAI replies other than OK and CAPCHA_NOT_READY, per second, by code (codes outside the known set "
+          "are OTHER).",
+          (Q("{{code}}", f"sum by (code) ({rate('api_requests_total', code='!OK|CAPCHA_NOT_READY')})"),),
+          w=6, unit="reqps"),
+    Graph("Retries by class",
+          "capacity: no free plan thread (ERROR_ZERO_BALANCE and the like); transient: 5xx, timeouts, resets; "
+          "unsolvable: resubmitted after ERROR_CAPTCHA_UNSOLVABLE; requeue: task put back on the queue.",
+          (Q("{{class}}", f"sum by (class) ({rate('retries_total')})"),), w=6, unit="reqps"),
+    Graph("API latency p95 by endpoint", "HTTP request latency of CaptchaAI calls.",
+          (Q("{{api_endpoint}}", quantile(0.95, "api_request_duration_seconds", by="api_endpoint")),),
+          w=6, unit="s"),
+))
+
+ERRORS = Row("Errors", (
+    Stat("Fatal API errors",
+         "Fatal API errors (wrong key, no plan, IP banned) in the dashboard's time range. Any: workers stopped "
+         "claiming until the key works again.",
+         (Q("fatal errors", f"sum(increase({m('fatal_errors_total')}[$__range]))"),),
+         w=3, h=8, decimals=0, red_from=1),
+    Stat("Dead letters",
+         "Entries in the dead-letter list {queue}:dead (capped at queue.deadLetterMax). Inspect with "
+         "`captcha-worker dead-letters list`.",
+         (Q("dead letters", f"max({m('queue_depth', state='dead')})"),), w=3, h=8, red_from=1),
+    Graph("Fatal API errors by code",
+          "Fatal API errors per second by code: the worker stops claiming, readiness goes false, and it probes "
+          "every 30 s until the key works.",
+          (Q("{{code}}", f"sum by (code) ({rate('fatal_errors_total')})"),), w=9, unit="reqps"),
+    Graph("Dead-lettered tasks",
+          "Length of the dead-letter list and tasks dead-lettered per second (malformed, unsupported, too large, "
+          "or MAX_ATTEMPTS exceeded).",
+          (Q("in the dead-letter list", f"max({m('queue_depth', state='dead')})"),
+           Q("dead-lettered/s", f"sum({rate('tasks_total', outcome='dead_lettered')})", right_unit="reqps")),
+          w=9),
+    Graph("Leases reaped, leases lost, Redis errors",
+          "Claimed tasks requeued by a reaper (their worker died or stalled: expired lease, or an orphaned claim), "
+          "leases a worker found gone when renewing them, and Redis operations that failed and were retried.",
+          (Q("reaped ({{reason}})", f"sum by (reason) ({rate('leases_reaped_total')})"),
+           Q("leases lost", f"sum({rate('leases_lost_total')})"),
+           Q("Redis errors", f"sum({rate('redis_errors_total')})")), w=24, unit="reqps"),
+))
+
+WORKERS = Row("Workers", (
+    Stat("Workers ready",
+         "Workers whose readiness is true (claiming tasks) and workers exporting metrics (replicas). Fewer ready "
+         "than running: a fatal API error, Redis unreachable, or a drain.",
+         (Q("ready", f"sum({m('worker_ready')})"), Q("running", f"count({m('build_info')})")), w=5, h=8),
+    Stat("Worker versions", "Workers by version (during a rollout two versions run side by side).",
+         (Q("{{version}}", f"count by (version) ({m('build_info')})"),), w=4, h=8),
+    Graph("Workers: scraped, heartbeating, ready",
+          "Workers Prometheus scrapes, workers that sent a heartbeat to Redis recently (all releases sharing the "
+          "queue), and ready workers.",
+          (Q("scraped", f"count({m('build_info')})"), Q("heartbeating", f"max({m('workers_alive')})"),
+           Q("ready", f"sum({m('worker_ready')})")), w=15, legend=("lastNotNull", "min", "max")),
+))
+
+ROWS: tuple[Row, ...] = (PLAN, QUEUE, API, ERRORS, WORKERS)
