@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m bench.run [p1 p2 p3 p4 p5] [--smoke] [--out DIR]`` (``make bench`` runs all).
+"""Run the benchmarks: ``python -m bench.run [p1 .. p6] [--smoke] [--out DIR]`` (``make bench`` runs all).
 
 Full mode writes ``bench/results/<name>.json``, the plots in ``docs/img/`` and rewrites the generated tables of
 ``docs/benchmarks.md`` (``python -m bench.report``).  ``--smoke`` runs every benchmark at toy sizes in well under
@@ -24,6 +24,7 @@ NAMES = {
     "p3": "p3_latency",
     "p4": "p4_polling",
     "p5": "p5_utilisation",
+    "p6": "p6_faults",
 }
 
 
@@ -83,14 +84,22 @@ def _p5(smoke: bool, profile: Path | None) -> dict[str, Any]:
     return p5_utilisation.run(threads=50, backlog=2000, workers=4, concurrency=15, speed=10, reps=3)
 
 
+def _p6(smoke: bool, profile: Path | None) -> dict[str, Any]:
+    from bench import p6_faults
+
+    if smoke:
+        return p6_faults.run(tasks=20, rate=20, reps=1, slow_s=3.0, http_timeout_s=2.0, concurrency=10, threads=20)
+    return p6_faults.run(tasks=300, rate=30, reps=3)
+
+
 RUNNERS: dict[str, Callable[[bool, Path | None], dict[str, Any]]] = {
-    "p1": _p1, "p2": _p2, "p3": _p3, "p4": _p4, "p5": _p5}
+    "p1": _p1, "p2": _p2, "p3": _p3, "p4": _p4, "p5": _p5, "p6": _p6}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("benchmarks", nargs="*", choices=[*RUNNERS, []], metavar="p1..p5",
+    p.add_argument("benchmarks", nargs="*", choices=[*RUNNERS, []], metavar="p1..p6",
                    help="which benchmarks (default: all)")
     p.add_argument("--smoke", action="store_true", help="toy sizes, a few seconds each, no timing claims")
     p.add_argument("--out", type=Path, help="result directory (default bench/results; required with --smoke)")

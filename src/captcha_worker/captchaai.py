@@ -260,6 +260,14 @@ class RetryPolicy:
     capacity_initial_s: float = 2.0
     capacity_max_s: float = 30.0
 
+    @classmethod
+    def scaled(cls, scale: float) -> RetryPolicy:
+        """The default delays divided by `scale` (API_TIME_SCALE, paired with the simulator's --speed)."""
+        d = cls()
+        return cls(transient_attempts=d.transient_attempts, transient_initial_s=d.transient_initial_s / scale,
+                   transient_max_s=d.transient_max_s / scale, capacity_initial_s=d.capacity_initial_s / scale,
+                   capacity_max_s=d.capacity_max_s / scale)
+
 
 Sleep = Callable[[float], Any]
 
