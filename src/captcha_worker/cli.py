@@ -87,7 +87,8 @@ def outcome_json(outcome: Any) -> dict[str, Any]:
         return {"id": outcome.id, "status": "result_expired",
                 "text": "the task finished, but its result is no longer kept (RESULT_TTL_SECONDS)"}
     if isinstance(outcome, UnknownTask):
-        return {"id": outcome.id, "status": "unknown", "text": "this queue has no record of the id"}
+        return {"id": outcome.id, "status": "unknown", "waited_s": round(outcome.waited_s, 3),
+                "text": "this queue has no record of the id"}
     data: dict[str, Any] = {"id": outcome.id}
     if isinstance(outcome, Solved):
         data.update(status="solved", kind=outcome.kind, solution=outcome.solution, api_calls=outcome.api_calls)

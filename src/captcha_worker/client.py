@@ -146,10 +146,12 @@ class ResultExpired:
 
 @dataclass(frozen=True)
 class UnknownTask:
-    """The queue has no record of this id: never submitted here (another queue? a typo?), or finished so long
-    ago (``TASK_TTL_SECONDS``) that even its record expired."""
+    """After the wait, the queue still has no record of this id: never submitted here (another queue? a typo?),
+    or finished so long ago (``TASK_TTL_SECONDS``) that even its record expired. (An id is waited for even when
+    unknown at first: a raw JSON task pushed onto the list becomes known only when a worker claims it.)"""
 
     id: str
+    waited_s: float
 
 
 Outcome = Solved | Failed | Expired | TimedOut | ResultExpired | UnknownTask
@@ -199,13 +201,11 @@ def new_producer_id() -> str:
 
 
 def _stored_outcome(task_id: str, value: Text | Lookup) -> Outcome | None:
-    """What a LOOKUP value means for a waiter: an outcome, or None to keep waiting."""
-    if value is Lookup.QUEUED:
+    """What a LOOKUP value means for a waiter: an outcome, or None to keep waiting (queued, or not known yet)."""
+    if value is Lookup.QUEUED or value is Lookup.UNKNOWN:
         return None
     if value is Lookup.FINISHED:
         return ResultExpired(task_id)
-    if value is Lookup.UNKNOWN:
-        return UnknownTask(task_id)
     try:
         return outcome_of(Result.from_json(value))
     except (ValueError, KeyError, TypeError):
@@ -404,8 +404,9 @@ class CaptchaQueue:
                 fut.set_result(outcome)
 
     async def result(self, task_id: str, timeout: float = 300.0) -> Outcome:
-        """Wait up to `timeout` seconds for a task's result. Without waiting: ResultExpired when the task finished
-        but its result expired, UnknownTask when the queue has no record of the id."""
+        """Wait up to `timeout` seconds for a task's result: TimedOut when none came, or UnknownTask when by then
+        the queue still has no record of the id. ResultExpired, without waiting, when the task finished but its
+        result is no longer kept."""
         started = time.monotonic()
         if task_id in self._arrived:
             return outcome_of(self._arrived.pop(task_id))
@@ -421,7 +422,11 @@ class CaptchaQueue:
             try:
                 return await asyncio.wait_for(asyncio.shield(fut), timeout)
             except TimeoutError:
-                return TimedOut(task_id, time.monotonic() - started)
+                waited = time.monotonic() - started
+                last = await self._guarded(self._stored(task_id), doing="reading a result")
+                if last is Lookup.UNKNOWN:
+                    return UnknownTask(task_id, waited)
+                return _stored_outcome(task_id, last) or TimedOut(task_id, waited)
         finally:
             waiters = self._waiters.get(task_id)
             if waiters is not None and fut in waiters:

@@ -216,6 +216,7 @@ class WorkerConfig:
     unsolvable_retries: int
     max_task_bytes: int
     http_timeout_seconds: float
+    http_poll_timeout_seconds: float
     threadsinfo_interval_seconds: float
     compat_results_hash: bool
     compat_queue_list: str | None  # the seed guide's list (captcha:queue) workers also take raw tasks from
@@ -261,6 +262,7 @@ class WorkerConfig:
             unsolvable_retries=e.integer("UNSOLVABLE_RETRIES", 1, minimum=0, maximum=10),
             max_task_bytes=max_task_bytes(e),
             http_timeout_seconds=e.number("HTTP_TIMEOUT_SECONDS", 30.0, minimum=1.0),
+            http_poll_timeout_seconds=e.number("HTTP_POLL_TIMEOUT_SECONDS", 5.0, minimum=0.5),
             threadsinfo_interval_seconds=e.number("THREADSINFO_INTERVAL_SECONDS", 300.0, minimum=5.0),
             compat_results_hash=e.flag("COMPAT_RESULTS_HASH", False),
             compat_queue_list=compat_list(e, queue_name(env)),

@@ -39,6 +39,9 @@ _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 SECRET_PARAMS = frozenset({"proxy", "cookies", "cookie", "key", "password", "proxy_password", "proxypassword",
                            "api_key", "apikey"})
 _PROXY_CREDENTIALS = re.compile(r"^[^@]*@")
+_SECRET_NAMES = "|".join(sorted(SECRET_PARAMS))
+#: secret params as they appear in text that is not JSON: "name": "value" and name=value
+_SECRET_FIELD = re.compile(rf'("(?:{_SECRET_NAMES})"\s*:\s*")[^"]*|((?:{_SECRET_NAMES})=)[^&\s"]*', re.I)
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,8 @@ def payload_view(payload: bytes | str, redact: Callable[[str], str], *, max_byte
     else:
         raw = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
         head = raw[: 16 * _EXCERPT_BYTES].decode("utf-8", "backslashreplace")
-        text = redact(head)[:_EXCERPT_BYTES] + (f"... ({len(raw)} bytes)" if len(raw) > _EXCERPT_BYTES else "")
+        masked = _SECRET_FIELD.sub(lambda m: (m.group(1) or m.group(2)) + "***", head)
+        text = redact(masked)[:_EXCERPT_BYTES] + (f"... ({len(raw)} bytes)" if len(raw) > _EXCERPT_BYTES else "")
     return redact(text)[:VIEW_MAX]
 
 

@@ -692,6 +692,7 @@ async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> Asy
     redis = connect(cfg.redis, client_name=f"captcha-worker-{worker_id}")
     try:
         async with CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=cfg.http_timeout_seconds,
+                             poll_timeout_s=cfg.http_poll_timeout_seconds,
                              retry=RetryPolicy.scaled(cfg.time_scale), poll_scale=cfg.time_scale,
                              max_connections=max(100, cfg.concurrency)) as api:
             yield Worker(cfg, redis, api, worker_id=worker_id)
