@@ -50,7 +50,13 @@ async def _produce(url: str, n: int, rate: float, wait_s: float) -> dict[str, An
 
     async with CaptchaQueue.from_url(url) as q:
         t0 = time.monotonic() + 0.2
-        await asyncio.gather(*(one(q, t0 + i / rate) for i in range(n)))
+        everything = asyncio.gather(*(one(q, t0 + i / rate) for i in range(n)))
+        try:
+            await asyncio.wait_for(asyncio.shield(everything), n / rate + wait_s + 60)
+        except TimeoutError:  # a waiter outlived its own timeout: show where (a bug, not a figure)
+            for t in asyncio.all_tasks():
+                t.print_stack(limit=8, file=sys.stderr)
+            raise
     return {"latencies": latencies, "counts": counts, "api_calls": calls}
 
 
@@ -76,9 +82,10 @@ def one_run(*, tasks: int, rate: float, warmup: int, slow_s: float, workers: int
     sim_args = ["--threads", str(threads), "--speed", "1", "--latency", "turnstile=1:0.2", "--slow-seconds",
                 str(slow_s), "--seed", str(seed)]
     with RedisServer() as rs, SimulatorProcess(sim_args) as sim:
-        env = worker_env(rs.url, concurrency=concurrency, threads=threads, api_url=sim.url,
-                         HTTP_TIMEOUT_SECONDS=str(http_timeout_s), MAX_ATTEMPTS="10", LEASE_SECONDS="30")
-        procs = [subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], cwd=ROOT, env=env,
+        procs = [subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], cwd=ROOT,
+                                  env=worker_env(rs.url, concurrency=concurrency, threads=threads, api_url=sim.url,
+                                                 HTTP_TIMEOUT_SECONDS=str(http_timeout_s), MAX_ATTEMPTS="10",
+                                                 LEASE_SECONDS="30"),  # one env each: its own metrics port
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
         try:
             r = rs.client()
@@ -95,7 +102,7 @@ def one_run(*, tasks: int, rate: float, warmup: int, slow_s: float, workers: int
 
 
 def run(*, tasks: int = 300, rate: float = 30.0, warmup: int = 200, reps: int = 3, slow_s: float = 40.0,
-        http_timeout_s: float = 30.0, workers: int = 2, concurrency: int = 50, threads: int = 100) -> dict[str, Any]:
+        http_timeout_s: float = 30.0, workers: int = 2, concurrency: int = 150, threads: int = 300) -> dict[str, Any]:
     common = {"tasks": tasks, "rate": rate, "warmup": warmup, "slow_s": slow_s, "workers": workers,
               "concurrency": concurrency, "threads": threads, "http_timeout_s": http_timeout_s}
     runs: dict[str, list[dict[str, Any]]] = {"storm": [], "no_faults": []}

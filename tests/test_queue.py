@@ -178,7 +178,8 @@ async def test_bury_dead_letters_with_reason_and_answers_the_producer(q: Queue, 
     (c,) = await q.claim(1, lease_s=30)
     entry = dead_entry(reason="unknown method 'x'", code="UNKNOWN_METHOD", task_id="a", view="{}", attempts=1)
     result = Result("a", Status.ERROR, code="UNKNOWN_METHOD", text="unknown method 'x'")
-    assert await q.bury(c.item, entry, result=result, reply_to="prod1", dead_max=2, result_ttl=60, reply_ttl=60)
+    assert await q.bury(c.item, entry, result=result, reply_to="prod1", dead_max=2, result_ttl=60,
+                        reply_ttl=60) == (True, True)
     (letter,) = await q.dead_letters()
     assert (letter.id, letter.code, letter.reason) == ("a", "UNKNOWN_METHOD", "unknown method 'x'")
     assert await any_redis.llen(q.keys.processing) == 0
@@ -420,8 +421,8 @@ async def test_an_invalid_raw_payload_never_pre_empts_the_result_of_a_real_task(
     await any_redis.rpush(q.keys.pending, raw)
     await q.claim(2, lease_s=30)
     entry = dead_entry(reason="unknown method", code="UNKNOWN_METHOD", task_id="s", view=None, attempts=1)
-    await q.bury(raw, entry, result=Result("s", Status.ERROR, code="UNKNOWN_METHOD"), reply_to=None, dead_max=10,
-                 result_ttl=60, reply_ttl=60, raw=True)
+    assert await q.bury(raw, entry, result=Result("s", Status.ERROR, code="UNKNOWN_METHOD"), reply_to=None,
+                        dead_max=10, result_ttl=60, reply_ttl=60, raw=True) == (True, False)
     assert not await any_redis.exists(q.keys.result("s"))
     assert await any_redis.hget(q.keys.task("s"), "state") is None, "the real task goes on"
 

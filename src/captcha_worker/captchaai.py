@@ -344,7 +344,7 @@ class CaptchaAI:
             metrics.API_REQUESTS.labels(endpoint, metrics.code_label(code)).inc()
             metrics.API_LATENCY.labels(endpoint).observe(time.monotonic() - started)
 
-    async def _call(self, path: str, endpoint: str, fields: Mapping[str, str],
+    async def _call(self, path: str, endpoint: str, fields: Mapping[str, str], *,
                     file: tuple[str, bytes] | None = None, stats: SolveStats | None = None,
                     retry: bool = True) -> Reply:
         """One logical request: transient failures retried with exponential backoff + jitter, bounded
@@ -400,7 +400,7 @@ class CaptchaAI:
         if method == "post":
             raw = fields.pop("file")
             file = ("captcha.png", _b64decode(raw))
-        reply = await self._call("in.php", "in", fields, file, stats)
+        reply = await self._call("in.php", "in", fields, file=file, stats=stats)
         return reply.request
 
     async def get(self, captcha_id: str, stats: SolveStats | None = None, *, retry: bool = True) -> Answer | None:
@@ -477,6 +477,7 @@ class CaptchaAI:
         submitted = time.monotonic()
         previous: float | None = None  # when the last unanswered poll was made, after the submission
         n = failed = 0
+        blurred = False  # a poll failed since the last "not ready": when the answer became ready is unknown
         while True:
             wait = schedule.delay(n, time.monotonic() - submitted)
             if failed:  # the answer may be ready: look again soon rather than at the next scheduled poll
@@ -492,6 +493,7 @@ class CaptchaAI:
                 answer = await self.get(captcha_id, stats, retry=False)
             except TransientError:
                 failed += 1
+                blurred = True
                 if failed >= self.retry.transient_attempts:
                     raise
                 metrics.RETRIES.labels("transient").inc()
@@ -499,8 +501,10 @@ class CaptchaAI:
             failed = 0
             elapsed = time.monotonic() - submitted
             if answer is not None:
-                model.observe_found(elapsed, previous)
+                if not blurred:  # a failed (maybe slow) poll in the gap would teach a solve time it never took
+                    model.observe_found(elapsed, previous)
                 return answer
+            blurred = False
             if time.time() >= deadline:
                 raise SolveTimeout("solve time limit reached")
             previous = elapsed

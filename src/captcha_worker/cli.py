@@ -219,7 +219,7 @@ async def _checks(rc: RedisConfig, queue: str, key: str, api_url: str,
                   threads: int | None) -> list[tuple[str, bool, str]]:
     from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy
     from captcha_worker.config import Secret
-    from captcha_worker.connection import connect, describe_refusal, refusal
+    from captcha_worker.connection import connect, describe_refusal, refusal, tls_hint
     from captcha_worker.queue import Queue
 
     out: list[tuple[str, bool, str]] = []
@@ -231,7 +231,8 @@ async def _checks(rc: RedisConfig, queue: str, key: str, api_url: str,
     except Exception as exc:
         why = refusal(exc)
         detail = describe_refusal(why) if why else f"failing ({type(exc).__name__})"
-        out.append(("redis", False, f"{rc.display_url()} is {detail}"))
+        hint = tls_hint(exc)
+        out.append(("redis", False, f"{rc.display_url()} is {detail}" + (f" ({hint})" if hint else "")))
     finally:
         await redis.aclose()
     async with CaptchaAI(Secret(key), api_url, http_timeout_s=10, retry=RetryPolicy(transient_attempts=2,

@@ -47,7 +47,7 @@ from captcha_worker.config import (
     RedisConfig,
     Secret,
 )
-from captcha_worker.connection import RedisUnavailable, Refusal, connect, refusal
+from captcha_worker.connection import RedisUnavailable, Refusal, connect, refusal, tls_hint
 from captcha_worker.queue import Keys, Lookup, Queue, Text, as_awaitable
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_task
 
@@ -233,6 +233,7 @@ class CaptchaQueue:
         self._lookup_task: asyncio.Task[None] | None = None
         self._own: set[str] = set()  # submitted here, result not yet notified
         self._foreign_task: asyncio.Task[None] | None = None
+        self._closing = False
 
     @classmethod
     def from_config(cls, rc: RedisConfig, *, producer_id: str | None = None, **kwargs: Any) -> CaptchaQueue:
@@ -273,10 +274,16 @@ class CaptchaQueue:
         await self.close()
 
     async def close(self) -> None:
-        tasks = [t for t in (self._listener, self._foreign_task, self._lookup_task) if t is not None]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Background loops end by themselves once closing (each wakes at least once a second); cancelling them
+        is the fallback, repeated: redis-py can lose a cancel that lands while it reads a reply."""
+        self._closing = True
+        pending = {t for t in (self._listener, self._foreign_task, self._lookup_task) if t is not None}
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=2.5)
+        while pending:
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=1)
         self._listener = self._foreign_task = self._lookup_task = None
         if self._owns_redis:
             await self.redis.aclose()
@@ -359,7 +366,8 @@ class CaptchaQueue:
             why = refusal(exc)
             if why is None:
                 raise
-            raise QueueUnavailable(why, self._url, doing) from None
+            hint = tls_hint(exc)
+            raise QueueUnavailable(why, self._url, f"{doing}: {hint}" if hint else doing) from None
 
     # -- results ----------------------------------------------------------------------------------------
     def _ensure_listener(self) -> None:
@@ -370,7 +378,7 @@ class CaptchaQueue:
         """Block on this producer's reply list (one pooled connection); hand each result to its waiters."""
         reply_key = self.keys.reply(self.producer_id)
         delay = 0.05
-        while True:
+        while not self._closing:
             try:
                 item = await as_awaitable(self.redis.blpop([reply_key], timeout=1))
                 delay = 0.05
@@ -437,7 +445,7 @@ class CaptchaQueue:
     async def _watch_foreign(self, every_s: float = 0.5) -> None:
         """Tasks submitted by another process (`captcha-worker wait`, a restarted producer) notify that
         process, not this one: look them up, all in one LOOKUP, twice a second while any waits."""
-        while True:
+        while not self._closing:
             await asyncio.sleep(every_s)
             foreign = [i for i in self._waiters if i not in self._own]
             if not foreign:

@@ -89,6 +89,9 @@ _BY_TYPE: tuple[tuple[type[BaseException], Refusal], ...] = (
     (TimeoutError, Refusal.TIMEOUT),
     (OSError, Refusal.CONNECTION),
 )
+#: redis-py rewrites the message of an error raised by a pipeline: "Command # 2 (EVALSHA ...) of pipeline caused
+#: error: ('BUSY ...',)"
+_PIPELINE_PREFIX = "of pipeline caused error: "
 #: reply prefixes redis-py leaves in the message (it has no class for them)
 _BY_PREFIX: tuple[tuple[str, Refusal], ...] = (
     ("BUSY ", Refusal.BUSY),
@@ -106,7 +109,7 @@ def refusal(exc: BaseException) -> Refusal | None:
         if isinstance(exc, cls):
             return why
     if isinstance(exc, rexc.ResponseError):
-        text = str(exc)
+        text = str(exc).split(_PIPELINE_PREFIX, 1)[-1].lstrip("('\"")  # it quotes the original as a tuple
         for prefix, why in _BY_PREFIX:
             if text.startswith(prefix):
                 return why
@@ -125,6 +128,16 @@ class RedisUnavailable(ConnectionError):
         self.refusal = why
         self.display_url = display_url
         super().__init__(f"Redis at {display_url} is {describe_refusal(why)}" + (f" ({doing})" if doing else ""))
+
+
+def tls_hint(exc: BaseException) -> str | None:
+    """A readable cause when a connection failed on TLS (the message names no secret)."""
+    text = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return "TLS certificate not trusted: set REDIS_TLS_CA_FILE to the CA that signed it"
+    if "WRONG_VERSION_NUMBER" in text or "wrong version number" in text:
+        return "TLS handshake failed: is the server really on TLS (rediss://)?"
+    return None
 
 
 def is_cross_slot(exc: BaseException) -> bool:

@@ -238,17 +238,18 @@ return deliver(KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4])
 # KEYS[1] processing  KEYS[2] leases  KEYS[3] dead  KEYS[4] task hash  KEYS[5] result  KEYS[6] reply (= KEYS[5]
 # when none) | ARGV[1] item  ARGV[2] dead entry JSON  ARGV[3] dead cap  ARGV[4] result JSON or ''  ARGV[5] result
 # ttl  ARGV[6] reply ttl  ARGV[7] '1' = the item is a raw payload naming the id: answer only an unknown id (never
-# pre-empt the result of a real task of that id).   Returns 0 when the item was no longer in processing.
+# pre-empt the result of a real task of that id).   Returns {buried, answered}: buried 0 when the item was no
+# longer in processing; answered 1 when the result was written.
 _BURY = _DELIVER + """
 local processing, leases, dead, task, item = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
-if redis.call('LREM', processing, 1, item) == 0 then return 0 end
+if redis.call('LREM', processing, 1, item) == 0 then return {0, 0} end
 redis.call('ZREM', leases, item)
 redis.call('LPUSH', dead, ARGV[2])
 redis.call('LTRIM', dead, 0, tonumber(ARGV[3]) - 1)
 local known = redis.call('EXISTS', task) == 1
 if known and ARGV[7] ~= '1' then redis.call('HSET', task, 'state', 'dead') end
-if not (known and ARGV[7] == '1') then deliver(KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6]) end
-return 1
+if known and ARGV[7] == '1' then return {1, 0} end
+return {1, deliver(KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6])}
 """
 
 # KEYS[1] processing  KEYS[2] leases  KEYS[3] pending  KEYS[4] task hash | ARGV[1] item  ARGV[2] '1' = refund
@@ -715,16 +716,18 @@ class Queue:
         return await self.redis.execute_command(*args, **{NEVER_DECODE: True})  # type: ignore[no-untyped-call]
 
     async def bury(self, item: Text, entry: str, *, result: Result | None, reply_to: str | None,
-                   dead_max: int, result_ttl: int, reply_ttl: int, raw: bool = False) -> bool:
+                   dead_max: int, result_ttl: int, reply_ttl: int, raw: bool = False) -> tuple[bool, bool]:
         """Dead-letter an item (and answer its producer with `result` when the id is known). `raw`: the item is
-        a raw payload naming `result.id`; a task of that id that exists already is then not answered."""
+        a raw payload naming `result.id`; a task of that id that exists already is then not answered.
+        Returns (buried, answered)."""
         k = self.keys
         tid = result.id if result else "-"
         done = await self._bury(
             keys=[k.processing, k.leases, k.dead, k.task(tid), k.result(tid), self._reply_key(reply_to, tid)],
             args=[item, entry, dead_max, result.to_json() if result else "", result_ttl, reply_ttl,
                   "1" if raw else "0"])
-        return bool(done)
+        buried, answered = done
+        return bool(buried), bool(answered)
 
     async def release(self, item: Text, *, refund_attempt: bool, front: bool, last_error: str = "") -> bool:
         """Put a claimed item back on pending."""

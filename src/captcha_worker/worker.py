@@ -120,6 +120,7 @@ class Worker:
         self.fatal_code: str | None = None
         self.redis_down: Refusal | None = None  # why Redis cannot serve, while it lasts
         self._redis_down_since = 0.0
+        self._failing: set[object] = set()  # Redis calls retrying an outage (one token per call)
         self.compat_list = cfg.compat_queue_list  # None after a CROSSSLOT (Redis Cluster): logged once
         self.last_pending = 0
         self._wake = asyncio.Event()  # capacity changed: the claimer looks again
@@ -237,29 +238,30 @@ class Worker:
         """Run a Redis operation, retrying outages (``connection.refusal``) with backoff until it succeeds.
         Anything else (a bug, a wrong key type) is raised.
 
+        Redis is *down* while any call is retrying an outage; it is back when every such call went through (a
+        refusal can be partial: with maxmemory reached, deletions still pass while writes fail).
         Returns None only for claims while the worker is stopping and Redis is still unavailable.
         """
-        delay = 0.05
-        while True:
-            try:
-                result = await op(*args, **kwargs)
-            except Exception as exc:
-                why = refusal(exc)
-                if why is None:
-                    raise
-                metrics.REDIS_ERRORS.labels(why.value).inc()
-                self._redis_failed(why, what, exc)
-                if self._closing.is_set() or (self._stop.is_set() and what in {"claim", "claim_blocking"}):
-                    return None
-                await asyncio.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 5.0)
-                continue
-            if self.redis_down is not None:
-                event(log, "redis_reconnected", op=what, was=self.redis_down.value,
-                      down_s=round(time.monotonic() - self._redis_down_since, 1))
-                self.redis_down = None
-                self._set_ready_gauge()
-            return result
+        delay, token = 0.05, object()
+        try:
+            while True:
+                try:
+                    result = await op(*args, **kwargs)
+                except Exception as exc:
+                    why = refusal(exc)
+                    if why is None:
+                        raise
+                    metrics.REDIS_ERRORS.labels(why.value).inc()
+                    self._failing.add(token)
+                    self._redis_failed(why, what, exc)
+                    if self._closing.is_set() or (self._stop.is_set() and what in {"claim", "claim_blocking"}):
+                        return None
+                    await asyncio.sleep(delay * (1 + random.random()))
+                    delay = min(delay * 2, 5.0)
+                    continue
+                return result
+        finally:
+            self._redis_settled(token, what)
 
     def _redis_failed(self, why: Refusal, what: str, exc: Exception) -> None:
         """One log line per change of Redis state (not per attempt); readiness follows."""
@@ -271,6 +273,14 @@ class Worker:
         self._set_ready_gauge()
         event(log, "redis_unavailable", logging.WARNING, reason=why.value, op=what, error=type(exc).__name__,
               detail=f"Redis is {describe_refusal(why)}", hint="retrying with backoff; readiness is false")
+
+    def _redis_settled(self, token: object, what: str) -> None:
+        self._failing.discard(token)
+        if self.redis_down is not None and not self._failing:
+            event(log, "redis_reconnected", op=what, was=self.redis_down.value,
+                  down_s=round(time.monotonic() - self._redis_down_since, 1))
+            self.redis_down = None
+            self._set_ready_gauge()
 
     # -- claiming -----------------------------------------------------------------------------------------
     def _room(self) -> int:
@@ -506,14 +516,14 @@ class Worker:
             result = Result(task_id, status, kind=job.task.kind.name if job.task else None, code=code,
                             text=reason, attempts=job.attempts,
                             timings=Timings(claimed_at=job.claimed_at, finished_at=time.time()))
-        await self._redis("bury", self.queue.bury, job.item, entry, result=result, reply_to=reply_to,
-                          dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
-                          reply_ttl=REPLY_TTL_S, raw=raw)
+        done = await self._redis("bury", self.queue.bury, job.item, entry, result=result, reply_to=reply_to,
+                                 dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
+                                 reply_ttl=REPLY_TTL_S, raw=raw)
         metrics.TASKS.labels(job.kind_label, "dead_lettered").inc()
         metrics.DEAD_LETTERS.labels(metrics.dead_letter_label(code)).inc()
         event(log, "task_dead_lettered", logging.WARNING, id=task_id, code=code, reason=reason,
               attempts=job.attempts)
-        if result is not None and not raw:
+        if result is not None and done is not None and done[1]:
             await self._seed_result(result)
 
     async def _seed_result(self, result: Result) -> None:
