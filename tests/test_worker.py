@@ -244,3 +244,28 @@ async def test_poison_in_one_batch_is_settled_at_first_claim_and_never_delays_th
     assert {d.code for d in letters} == {"INVALID_JSON", "TASK_TOO_LARGE"}
     assert await redis.llen(keys.processing) == 0 and await redis.llen(keys.pending) == 0
     assert not [k for k in await redis.keys("*") if "{not json" in k or "not an id" in k]
+
+
+async def test_a_compat_list_outside_the_hash_slot_is_logged_once_and_dropped(
+        redis_server: Any, producer: CaptchaQueue, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """On Redis Cluster the claim script touching COMPAT_QUEUE_LIST fails with CROSSSLOT (a single redis-server
+    cannot say it, so the reply is planted): one error line, then the queue is served without the list."""
+    from redis import exceptions as rexc
+
+    from captcha_worker.queue import Queue
+
+    real_claim = Queue.claim
+
+    async def claim(self: Queue, n: int, **kw: Any) -> Any:
+        if kw.get("compat_list"):
+            raise rexc.ClusterCrossSlotError("Keys in request don't hash to the same slot")
+        return await real_claim(self, n, **kw)
+
+    monkeypatch.setattr(Queue, "claim", claim)
+    async with simulator() as sim, worker(redis_server.url, sim, COMPAT_QUEUE_LIST="captcha:queue") as w:
+        outcome = await producer.solve("turnstile", TURNSTILE, timeout=30)
+        assert w.compat_list is None and w.redis_ok
+    assert isinstance(outcome, Solved)
+    lines = [r for r in caplog.records if r.getMessage() == "compat_queue_unusable"]
+    assert len(lines) == 1 and "CROSSSLOT" in lines[0].fields["reason"]  # type: ignore[attr-defined]

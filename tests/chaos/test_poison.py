@@ -6,6 +6,7 @@ The fuzz run's size is a knob: ``CHAOS_FUZZ=10000 .venv/bin/pytest tests/chaos/t
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -77,13 +78,15 @@ async def test_fuzzed_payloads_mixed_with_valid_tasks(rs: RedisServer, admin: Re
                               env={"REDIS_URL": rs.url}, timeout=120)
         stats = sim.stats()
     dead = await admin.llen(KEYS.dead)
+    codes = collections.Counter(json.loads(x)["code"] for x in await admin.lrange(KEYS.dead, 0, -1))
     solved = sum(per_id[i] >= 1 for i in ids)
     twice = sum(c > 1 for c in per_id.values())
     stray = [k async for k in admin.scan_iter(f"{KEYS.result_prefix}*")
              if not valid_task_id(k[len(KEYS.result_prefix):])]
     Row(f"poison-fuzz-{n_fuzz}", n_fuzz + VALID, solved, dead, VALID - solved, twice, stats["max_in_flight"], 20,
         {"fuzzed": n_fuzz, "valid": VALID, "valid_with_leading_whitespace": SPACED, "seconds": round(elapsed, 1),
-         "loop_crashes": crashes(procs), "dead_letters_metric": metric_dead, "workers_alive": alive}).record()
+         "loop_crashes": crashes(procs), "dead_letters_metric": metric_dead, "workers_alive": alive,
+         "codes": dict(codes.most_common())}).record()
     assert crashes(procs) == 0 and alive, "no loop or job may crash on any bytes"
     assert solved == VALID and twice == 0, "every valid task solved, once"
     assert dead == n_fuzz == metric_dead, "every fuzzed item dead-lettered exactly once, and counted"
