@@ -316,11 +316,16 @@ def block_p6(p6: dict[str, Any]) -> str:
     rows = [row("p50 submit → result, s", "p50_s"), row("p90, s", "p90_s"), row("p99, s", "p99_s"),
             row("max, s", "max_s", 1), row("API calls per solved task", "api_calls_per_task"),
             row("solved", "solved", 0), row("failed", "failed", 0), row("lost (no outcome)", "lost", 0)]
+    burst = p6.get("burst_first_report_setup")
+    tail = [] if not burst else [
+        "", f"First report's setup (fresh workers, {burst['slots']} slots, a {burst['threads']}-thread plan, "
+        f"{par['tasks']} tasks at once, the storm from the start; one run): p50 {num(burst['p50_s'], 1)} s, p99 "
+        f"{num(burst['p99_s'], 1)} s, lost {burst['lost']}."]
     return "\n".join([
         f"{par['tasks']} turnstile tasks at {par['rate']:g}/s, {par['latency']}; {par['workers']} workers × "
         f"{par['concurrency']} slots, {par['threads']} plan threads, HTTP timeout {par['http_timeout_s']:g} s, slow "
         f"replies held {par['slow_s']:g} s; faults: {faults}; {par['repetitions']} repetitions, median (min–max).",
-        "", table(["", "fault storm", "no faults"], rows)])
+        "", table(["", "fault storm", "no faults"], rows), *tail])
 
 
 BLOCKS: dict[str, tuple[str | None, Callable[..., str]]] = {

@@ -88,7 +88,7 @@ def _p6(smoke: bool, profile: Path | None) -> dict[str, Any]:
     from bench import p6_faults
 
     if smoke:
-        return p6_faults.run(tasks=20, rate=20, warmup=10, reps=1, slow_s=3.0, http_timeout_s=2.0, concurrency=10,
+        return p6_faults.run(tasks=20, rate=20, warmup=2, reps=1, slow_s=3.0, http_timeout_s=2.0, concurrency=10,
                                threads=20)
     return p6_faults.run(tasks=300, rate=30, reps=3)
 

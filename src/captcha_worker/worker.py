@@ -519,11 +519,13 @@ class Worker:
         done = await self._redis("bury", self.queue.bury, job.item, entry, result=result, reply_to=reply_to,
                                  dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
                                  reply_ttl=REPLY_TTL_S, raw=raw)
+        if done is None or not done[0]:
+            return  # no longer ours (a reaper took it back after a stall): its next claim settles it
         metrics.TASKS.labels(job.kind_label, "dead_lettered").inc()
         metrics.DEAD_LETTERS.labels(metrics.dead_letter_label(code)).inc()
         event(log, "task_dead_lettered", logging.WARNING, id=task_id, code=code, reason=reason,
               attempts=job.attempts)
-        if result is not None and done is not None and done[1]:
+        if result is not None and done[1]:
             await self._seed_result(result)
 
     async def _seed_result(self, result: Result) -> None:
