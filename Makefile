@@ -5,12 +5,13 @@ VENV  := .venv
 TOOLS := $(CURDIR)/.tools
 export PATH := $(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help test demo venv tools lint unit chart e2e bench bench-smoke clean
+.PHONY: help test demo venv tools lint unit chart e2e bench bench-smoke compatibility clean
 
 help:
 	@echo "make demo   - run the whole thing locally: redis + simulator + workers + producer, with a summary"
 	@echo "make test   - install what the tests need (python deps, redis-server, prometheus, helm v3/v4, kubeconform,"
-	@echo "              helm-unittest, checkov, hadolint) and run every test"
+	@echo "              helm-unittest, checkov, hadolint, the CaptchaAI client libraries) and run every test"
+	@echo "make compatibility - run the client libraries against the simulator, rewrite docs/compatibility.md"
 	@echo "make e2e    - chart on a real kube-apiserver + KEDA operator (builds them into .tools/ once)"
 	@echo "make bench  - benchmarks; results in bench/results/, quoted in docs/benchmarks.md"
 
@@ -35,6 +36,10 @@ demo: venv
 
 e2e: venv tools
 	tests/e2e/run.sh
+
+compatibility: venv
+	scripts/install-tools.sh --only clients
+	$(VENV)/bin/python tests/clients/compat.py --write
 
 bench: venv tools
 	$(VENV)/bin/python -m bench.run

@@ -44,8 +44,9 @@ PARAMS = {
     "turnstile": ("turnstile", {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}),
     "recaptcha_v2": ("userrecaptcha", {"googlekey": "6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-",
                                        "pageurl": "https://example.com/login"}),
-    "image": ("base64", {"body": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAAB"
-                                 "JRU5ErkJggg=="}),
+    # a 24x8 greyscale PNG of 121 bytes: over the simulator's 100-byte minimum (ERROR_ZERO_CAPTCHA_FILESIZE)
+    "image": ("base64", {"body": "iVBORw0KGgoAAAANSUhEUgAAABgAAAAICAAAAADGymC/AAAAQElEQVR42lWOQRIAIAgC+f+ntwx0jENo4pYk"
+                                 "xJVdLkqUs8/MX9deu24t4Eub3MRg5yoJY+hZgguv+UXW1G84AAdff2Gfks//iAAAAABJRU5ErkJggg=="}),
 }
 
 

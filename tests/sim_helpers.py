@@ -6,13 +6,32 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from dataclasses import dataclass
+import random
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from captcha_worker import methods
 from captcha_worker.methods import Kind
+
+
+def make_png(width: int = 120, height: int = 40, seed: int = 1) -> bytes:
+    """A real greyscale PNG of random pixels (over 1 KB at the default size, dimensions a client can read)."""
+    rng = random.Random(seed)
+    rows = b"".join(b"\x00" + bytes(rng.randrange(256) for _ in range(width)) for _ in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
 
 KEY = "0123456789abcdef0123456789ABCDEF"
 OTHER_KEY = "ZYXWVUTSRQPONMLKJIHGFEDCBA987654"
@@ -23,6 +42,7 @@ PNG_B64 = base64.b64encode(PNG).decode()
 #: extra params that select a kind sharing its method with others (checked against methods.kind_of below)
 DISCRIMINATORS: dict[str, dict[str, str]] = {
     "recaptcha_v3": {"version": "v3"},
+    "recaptcha_v3_enterprise": {"version": "v3", "enterprise": "1"},
     "recaptcha_v2_enterprise": {"enterprise": "1"},
     "geetest_v4": {"version": "4"},
 }
@@ -72,6 +92,7 @@ class Reply:
     status: int
     text: str
     content_type: str
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def json(self) -> Any:
@@ -83,14 +104,16 @@ class Reply:
 
 
 class Api:
-    """A minimal CaptchaAI v1 client. ``via``: "get" (query), "form" (urlencoded POST), "multipart"."""
+    """A minimal CaptchaAI v1 client. ``via``: "get" (query), "form" (urlencoded POST), "multipart", "json"
+    (a JSON object body, as the npm 2captcha client sends)."""
 
     def __init__(self, session: aiohttp.ClientSession, url: str, key: str = KEY) -> None:
         self.session = session
         self.url = url
         self.key = key
 
-    async def call(self, endpoint: str, fields: dict[str, str], *, files: dict[str, bytes] | None = None,
+    async def call(self, endpoint: str, fields: dict[str, Any], *,
+                   files: Mapping[str, bytes | tuple[str, bytes]] | None = None,
                    via: str = "get", key: str | None = None, json_mode: bool = True,
                    query: dict[str, str] | None = None) -> Reply:
         params = {"key": self.key if key is None else key, **fields}
@@ -103,15 +126,18 @@ class Api:
             request = self.session.get(url, params={**(query or {}), **params})
         elif via == "form":
             request = self.session.post(url, params=query, data=params)
+        elif via == "json":
+            request = self.session.post(url, params=query, json=params)
         else:
             form = aiohttp.FormData()
             for name, value in params.items():
                 form.add_field(name, value)
             for name, data in (files or {}).items():
-                form.add_field(name, data, filename="captcha.png", content_type="image/png")
+                filename, payload = data if isinstance(data, tuple) else ("captcha.png", data)
+                form.add_field(name, payload, filename=filename, content_type="application/octet-stream")
             request = self.session.post(url, params=query, data=form)
         async with request as resp:
-            return Reply(resp.status, await resp.text(), resp.content_type)
+            return Reply(resp.status, await resp.text(), resp.content_type, dict(resp.headers))
 
     async def submit(self, sub: Submission, **kw: Any) -> Reply:
         kw.setdefault("via", sub.via)
@@ -141,6 +167,45 @@ class Api:
         request = self.session.get(url) if body is None and path == "stats" else self.session.post(url, json=body)
         async with request as resp:
             return Reply(resp.status, await resp.text(), resp.content_type)
+
+
+@dataclass
+class PingbackReceiver:
+    """An HTTP server on 127.0.0.1 that records the query of every GET it receives (``status`` is what it
+    answers)."""
+
+    status: int = 200
+    hits: list[Mapping[str, str]] = field(default_factory=list)
+    url: str = ""
+    _runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> PingbackReceiver:
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self._hit)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/hook"
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _hit(self, request: web.Request) -> web.Response:
+        self.hits.append(dict(request.query))
+        return web.Response(status=self.status, text="ok")
+
+    async def wait(self, n: int = 1, timeout: float = 5.0) -> list[Mapping[str, str]]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self.hits) < n:
+            if loop.time() > deadline:
+                raise AssertionError(f"{len(self.hits)} pingbacks after {timeout} s, expected {n}")
+            await asyncio.sleep(0.02)
+        return self.hits
 
 
 class FakeClock:

@@ -48,7 +48,7 @@ from helpers import KEY, ROOT, cli_env, free_port, wait_port
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from captcha_worker import captchaai, metrics
+from captcha_worker import codes, metrics
 from captcha_worker.queue import Keys, Queue
 
 pytestmark = pytest.mark.slow
@@ -712,7 +712,7 @@ def test_label_value_sets_are_bounded_and_documented() -> None:
         for v in values:
             assert f"`{v}`" in text, f"label value {v} not in docs/metrics.md"
     # every fatal code of the API client is a pre-created, known label value
-    assert {metrics.code_label(c) for c in captchaai._FATAL} == set(metrics.FATAL_CODES)
+    assert {metrics.code_label(c) for c in codes.FATAL} == set(metrics.FATAL_CODES)
 
 
 def test_docs_show_every_panel_query_and_every_alert(tmp_path: Path) -> None:

@@ -168,7 +168,7 @@ async def test_an_expired_result_is_said_at_once_and_is_not_an_unknown_id(q: Cap
 
 
 async def test_submitting_a_known_id_again_is_a_no_op(q: CaptchaQueue, stack: Any) -> None:
-    async with CaptchaQueue.from_url(stack.redis_url, queue="idle") as idle:
+    async with CaptchaQueue.from_url(stack.redis_url, queue="idempotent") as idle:  # no worker serves it
         assert await idle.submit("turnstile", TURNSTILE, id="order-42") == "order-42"
         assert await idle.submit("turnstile", TURNSTILE, id="order-42") == "order-42"
         ids = await idle.submit_many([{"method": "turnstile", "params": TURNSTILE, "id": "order-42"},

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64 as b64
+import io
 import json
 import logging
 import random
@@ -150,7 +151,8 @@ MISSING_CASES = [
 
 
 def test_missing_cases_cover_the_table() -> None:
-    assert len(MISSING_CASES) >= sum(len(k.required) for k in KINDS) - 1
+    grids = sum(1 for k in KINDS if k.name == "grid")  # each loses one case: grid_size (see above)
+    assert len(MISSING_CASES) >= sum(len(k.required) for k in KINDS) - grids
     assert {k.name for k, _ in MISSING_CASES} == set(methods.KIND_NAMES)
 
 
@@ -199,7 +201,8 @@ async def test_image_checks(session: aiohttp.ClientSession) -> None:
         assert await base64_body("") == "ERROR_ZERO_CAPTCHA_FILESIZE"
         big = bytes(MAX_IMAGE_BYTES + 1)
         assert await base64_body(b64.b64encode(big).decode()) == "ERROR_TOO_BIG_CAPTCHA_FILESIZE"
-        assert (await base64_body(b64.b64encode(bytes(MAX_IMAGE_BYTES)).decode())).isdigit()  # exactly 1024 KB
+        exactly = PNG[:16] + bytes(MAX_IMAGE_BYTES - 16)
+        assert (await base64_body(b64.b64encode(exactly).decode())).isdigit()  # exactly 1024 KB
 
         post = {"method": "post"}
         assert str((await api.call("in.php", post, files={"file": PNG})).request).isdigit()
@@ -403,7 +406,7 @@ async def test_res_actions(session: aiohttp.ClientSession) -> None:
         await submit_ok(api, turnstile())
         expected = {"status": 1, "request": "OK", "threads": 7, "working_threads": 2}
         assert (await api.res("threadsinfo")).json == expected
-        assert (await api.res("threadsinfo", json_mode=False)).json == expected  # JSON even without json=1
+        assert (await api.res("threadsinfo", json_mode=False)).text == "OK|7|2"  # the plain form without json=1
         assert (await api.res("getbalance")).json == {"status": 1, "request": "42.5"}
         assert (await api.res("getbalance", json_mode=False)).text == "42.5"
         assert (await api.res("reportbad", fields={"id": first})).request == "OK_REPORT_RECORDED"
@@ -411,28 +414,34 @@ async def test_res_actions(session: aiohttp.ClientSession) -> None:
         assert (await api.res("reportbad", fields={"id": "12345"})).request == "ERROR_WRONG_CAPTCHA_ID"
         assert (await api.res("")).request == "ERROR_EMPTY_ACTION"
         assert (await api.call("res.php", {})).request == "ERROR_EMPTY_ACTION"
-        assert (await api.res("reportgood")).request == "ERROR_BAD_PARAMETERS"
+        assert (await api.res("reportgood", fields={"id": first})).request == "OK_REPORT_RECORDED"
+        assert (await api.res("reportgood", json_mode=False)).text == "ERROR_WRONG_ID_FORMAT"
+        assert (await api.res("bogus")).request == "ERROR_BAD_PARAMETERS"
         assert (await api.get("")).request == "ERROR_WRONG_ID_FORMAT"
         assert (await api.get("12a")).request == "ERROR_WRONG_ID_FORMAT"
         assert (await api.get("12345")).request == "ERROR_WRONG_CAPTCHA_ID"
         assert (await api.get(first)).request == "CAPCHA_NOT_READY"
         assert (await api.get(first, key=OTHER_KEY)).request == "ERROR_WRONG_CAPTCHA_ID"  # not this key's task
         stats = srv.stats()
-        assert stats.reportbad == 2
+        assert (stats.reportbad, stats.reportgood) == (2, 1)
         assert stats.res_actions == {"get": 5, "threadsinfo": 2, "getbalance": 2, "reportbad": 3,
-                                     "(empty)": 2, "(unknown)": 1}
-        assert stats.calls == {"in.php": 2, "res.php": 15}
+                                     "reportgood": 2, "(empty)": 2, "(unknown)": 1}
+        assert stats.calls == {"in.php": 2, "res.php": 17, "solve.php": 0}
 
 
-async def test_answers_expire_after_retention(session: aiohttp.ClientSession) -> None:
+@pytest.mark.parametrize("speed", [1.0, 50.0])
+async def test_answers_expire_after_retention_whatever_the_speed(session: aiohttp.ClientSession,
+                                                                 speed: float) -> None:
+    """Fix 1: speed scales solve times, never how long answers stay readable (at speed 50 a task used to be
+    forgotten 12 s after its answer, before the official SDK's first poll at 15 s)."""
     clock = FakeClock()
-    cfg = SimConfig(latency={"turnstile": Latency(10)}, retention_seconds=600, speed=2)
+    cfg = SimConfig(latency={"turnstile": Latency(10)}, retention_seconds=600, speed=speed)
     async with SimulatorServer(cfg, clock=clock) as srv:
         api = Api(session, srv.url)
         task_id = await submit_ok(api, turnstile())
-        clock.advance(5)  # latency 10 / speed 2
+        clock.advance(10 / speed)
         assert (await api.get(task_id)).request.startswith("0.")
-        clock.advance(299)  # retention 600 / speed 2 = 300 s after the solve
+        clock.advance(599)  # retention: 600 real seconds after the solve
         srv.simulator.housekeep()
         assert (await api.get(task_id)).request.startswith("0.")
         clock.advance(2)
@@ -765,7 +774,8 @@ async def test_introspection_counters_and_reset(session: aiohttp.ClientSession) 
         clock.advance(1)
         stats = srv.stats()
         assert (stats.submitted, stats.solved, stats.max_in_flight, stats.bad_key) == (0, 0, 0, 0)
-        assert stats.calls == {"in.php": 0, "res.php": 0} and stats.window_seconds == pytest.approx(1.0)
+        assert stats.calls == {"in.php": 0, "res.php": 0, "solve.php": 0}
+        assert stats.window_seconds == pytest.approx(1.0)
         assert srv.simulator.config.threads == 10  # the config survives a reset
         assert (await api.get(ids[0])).json["status"] == 1  # and so do the answers
 
@@ -779,29 +789,56 @@ async def test_introspection_can_be_switched_off(session: aiohttp.ClientSession)
         assert srv.stats().threads == SimConfig().threads
 
 
-async def test_nothing_secret_is_logged(session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
-    caplog.set_level(logging.DEBUG)
-    cfg = SimConfig(ban_after=2, speed=FAST)
-    async with SimulatorServer(cfg) as srv:
-        api = Api(session, srv.url)
-        sub = kind_params(methods.by_name("cloudflare_challenge"))
-        answer = (await api.wait(await submit_ok(api, sub))).request
-        await api.sim("config", {"faults": {"slow": 0.0}, "keys": [KEY]})
-        await api.sim("reset")
-        for _ in range(3):
-            await api.submit(sub, key="x" + KEY[1:] + "0")
-        stats_text = (await api.sim("stats")).text
-        # aiohttp rejects an over-long request line, and its exception quotes the line: it must not reach logs
-        too_long = await api.call("in.php", {"method": "turnstile", "pageurl": "x" * 9000}, key=KEY)
-        assert too_long.status == 400
-    assert "ip_banned" in caplog.text and "LineTooLong" in caplog.text  # notable events are logged...
-    logged = caplog.text + capsys.readouterr().out
-    for secret in (KEY, PROXY_PASSWORD, answer, KEY[1:]):
+class _Fields(logging.Formatter):
+    """The event name and its structured fields, unredacted (so the test sees what the code passed)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps({"logger": record.name, "event": record.getMessage(),
+                           **getattr(record, "fields", {})}, default=str)
+
+
+async def test_nothing_secret_is_logged(session: aiohttp.ClientSession) -> None:
+    """Fix 10: config changes, resets and IP bans are logged through captcha_worker.log, as an event name with
+    structured fields (never JSON inside the message), and never with a key, proxy credential or answer."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(_Fields())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    old_level = root.level
+    root.setLevel(logging.DEBUG)
+    try:
+        cfg = SimConfig(ban_after=2, speed=FAST)
+        async with SimulatorServer(cfg) as srv:
+            api = Api(session, srv.url)
+            sub = kind_params(methods.by_name("cloudflare_challenge"))
+            sub.fields["pingback"] = f"http://user:{PROXY_PASSWORD}@127.0.0.1:9/hook?token=s3cret"
+            answer = (await api.wait(await submit_ok(api, sub))).request
+            await api.sim("config", {"faults": {"slow": 0.0}, "keys": [KEY]})
+            await api.sim("reset")
+            for _ in range(3):
+                await api.submit(sub, key="x" + KEY[1:] + "0")
+            stats_text = (await api.sim("stats")).text
+            # aiohttp rejects an over-long request line, and its exception quotes the line: it must not reach logs
+            too_long = await api.call("in.php", {"method": "turnstile", "pageurl": "x" * 9000}, key=KEY)
+            assert too_long.status == 400
+            for _ in range(100):  # the pingback to port 9 fails in the background
+                if srv.stats().pingbacks_failed:
+                    break
+                await asyncio.sleep(0.02)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    records = [json.loads(line) for line in stream.getvalue().splitlines()]
+    by_event = {r["event"]: r for r in records if r["logger"].startswith("captcha_worker.simulator")}
+    assert by_event["simulator.config_changed"]["changed"] == ["keys"]
+    assert by_event["simulator.ip_banned"]["ip"] == "127.0.0.1"
+    assert by_event["simulator.http_error"]["error"] == "LineTooLong"
+    assert by_event["simulator.pingback_failed"]["host"] == "127.0.0.1"
+    assert {"simulator.reset"} <= by_event.keys()
+    logged = stream.getvalue()
+    for secret in (KEY, PROXY_PASSWORD, answer, KEY[1:], "s3cret"):
         assert secret not in logged and secret not in stats_text  # ...without keys, proxies or answers
-    for record in caplog.records:
-        if record.name == "captcha_worker.simulator":
-            json.loads(record.getMessage())  # one JSON object per line
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ TASK           ERROR_CAPTCHA_UNSOLVABLE, ERROR_BAD_PARAMETERS,      the task's r
                image and proxy errors, any other ERROR_*            (UNSOLVABLE is resubmitted a few times)
 =============  ===================================================  =========================================
 
+Which code is in which class, and its user-facing text, is the table in :mod:`captcha_worker.codes`.
+
 Retries under faults (docs/benchmarks.md, P6, measures them): a transient in.php failure is retried after 0.25-0.5 s,
 then with the delay doubling (jittered) up to 4 s, 6 tries in all, so a 5xx burst costs a fraction of a second
 and a longer outage a few seconds per slot before the task goes back to the queue.  A failed poll (res.php get)
@@ -30,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import enum
 import json
 import math
 import random
@@ -44,33 +45,14 @@ import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from captcha_worker import methods, metrics
+
+# the taxonomy lives in the codes table; the names stay importable from here (explicit re-exports)
+from captcha_worker.codes import ErrorClass as ErrorClass  # noqa: PLC0414
+from captcha_worker.codes import classify as classify  # noqa: PLC0414
+from captcha_worker.codes import describe as describe  # noqa: PLC0414
 from captcha_worker.config import Secret
 
 _FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
-
-
-class ErrorClass(enum.Enum):
-    FATAL = "fatal"
-    CAPACITY = "capacity"
-    TRANSIENT = "transient"
-    TASK = "task"
-
-
-_FATAL = {"ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "IP_BANNED", "ERROR_IP_NOT_ALLOWED"}
-_CAPACITY = {"ERROR_ZERO_BALANCE", "ERROR_NO_SLOT_AVAILABLE", "ERROR_TOO_MUCH_REQUESTS", "HTTP_429",
-             "MAX_USER_TURN"}
-_TRANSIENT = {"ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR", "ERROR_PROXY_CONNECTION_FAILED",
-              "HTTP_5XX", "HTTP_4XX", "NON_JSON", "TIMEOUT", "CONNECTION_ERROR"}
-
-
-def classify(code: str) -> ErrorClass:
-    if code in _FATAL:
-        return ErrorClass.FATAL
-    if code in _CAPACITY:
-        return ErrorClass.CAPACITY
-    if code in _TRANSIENT:
-        return ErrorClass.TRANSIENT
-    return ErrorClass.TASK
 
 
 class ApiError(Exception):
@@ -518,29 +500,3 @@ def _b64decode(value: str) -> bytes:
         return base64.b64decode(value, validate=False)
     except (binascii.Error, ValueError):
         raise api_error("ERROR_UPLOAD", "in", "file is not base64") from None
-
-
-_ERROR_TEXT = {
-    "ERROR_CAPTCHA_UNSOLVABLE": "CaptchaAI could not solve this captcha",
-    "ERROR_BAD_PARAMETERS": "CaptchaAI rejected the task's parameters",
-    "ERROR_PAGEURL": "pageurl is missing or invalid",
-    "ERROR_GOOGLEKEY": "googlekey (site key) is missing or malformed",
-    "ERROR_WRONG_GOOGLEKEY": "googlekey is not valid for this page",
-    "ERROR_BAD_TOKEN_OR_PAGEURL": "the sitekey/pageurl pair is invalid",
-    "ERROR_BAD_PROXY": "CaptchaAI marked the proxy as bad",
-    "ERROR_PROXY_CONNECTION_FAILED": "CaptchaAI could not connect through the proxy",
-    "ERROR_ZERO_CAPTCHA_FILESIZE": "the image is empty or too small",
-    "ERROR_TOO_BIG_CAPTCHA_FILESIZE": "the image is too large",
-    "ERROR_WRONG_FILE_EXTENSION": "the image format is not supported",
-    "ERROR_IMAGE_TYPE_NOT_SUPPORTED": "the image type is not supported",
-    "ERROR_UPLOAD": "the image could not be uploaded (not a valid image)",
-    "ERROR_IMAGE_DIMENSIONS_TOO_LARGE": "the image dimensions are too large",
-    "ERROR_WRONG_CAPTCHA_ID": "CaptchaAI no longer knows this task id",
-    "ERROR_WRONG_ID_FORMAT": "CaptchaAI rejected the task id format",
-    "SOLVE_TIMEOUT": "no answer within the solve time limit",
-}
-
-
-def describe(code: str) -> str:
-    """A short human-readable text for an error code (safe to show users)."""
-    return _ERROR_TEXT.get(code, f"CaptchaAI answered {code}")

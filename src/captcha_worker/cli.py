@@ -178,10 +178,12 @@ def cmd_simulator(ns: argparse.Namespace) -> int:
 
     try:
         config = simulator.config_from_args(ns)
+        tls = simulator.tls_from_args(ns)
     except ValueError as exc:
         return _die("captcha-worker simulator", str(exc))
+    log.setup(ns.log_level or os.environ.get("LOG_LEVEL", "info"), secrets=sorted(config.keys or ()))
     try:
-        asyncio.run(simulator.serve(config, ns.host, ns.port))
+        asyncio.run(simulator.serve(config, ns.host, ns.port, tls=tls))
     except OSError as exc:
         return _die("captcha-worker simulator", f"cannot listen on {ns.host}:{ns.port}: {exc.strerror}")
     except KeyboardInterrupt:

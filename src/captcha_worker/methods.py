@@ -2,12 +2,14 @@
 
 A *task* names a CaptchaAI ``method`` (the ``in.php`` parameter: ``userrecaptcha``, ``turnstile``, ...) and the
 ``in.php`` parameters for it, exactly as the CaptchaAI docs spell them.  Some methods cover several *kinds*
-(``userrecaptcha`` is reCAPTCHA v2, v2 Enterprise or v3 depending on ``version``/``enterprise``; ``base64`` is
-an image or a grid depending on ``grid_size``).  Everything that depends on the kind reads this table:
+(``userrecaptcha`` is reCAPTCHA v2, v3 or their Enterprise versions depending on ``version``/``enterprise``;
+``base64`` and ``post`` are an image or a grid depending on ``grid_size``/``recaptcha``).  Everything that depends
+on the kind reads this table:
 
 * task validation (``task``): which params are required, what error a missing one produces;
 * the API client's poll schedule (``captchaai``): it starts from the typical solve time and its spread;
-* the simulator (``simulator``): which error ``in.php`` returns, answer shape, typical latency;
+* the simulator (``simulator``) and its protocol module: which error ``in.php`` returns, the spellings CaptchaAI
+  accepts (:func:`canonical`), answer shape, typical latency;
 * metrics (``kind`` is the bounded ``method`` label);
 * the producer (token lifetime for ``token_age``).
 """
@@ -24,7 +26,7 @@ class Answer(enum.Enum):
 
     TEXT = "text"  # image: the recognised text
     TOKEN = "token"  # noqa: S105 - reCAPTCHA / Turnstile / CaptchaFox / Friendly / Lemin: an opaque token string
-    TOKEN_WITH_UA = "token_with_ua"  # noqa: S105 - Enterprise / Cloudflare challenge: token in `result` + `user_agent`
+    TOKEN_WITH_UA = "token_with_ua"  # noqa: S105 - Enterprise, Cloudflare challenge, CaptchaFox: + `user_agent`
     GEETEST = "geetest"  # JSON string with challenge / validate / seccode (v4: captcha_output etc.)
     INDICES = "indices"  # grid / BLS: JSON array of 1-based cell indices, e.g. "[1,4,7]"
 
@@ -62,8 +64,11 @@ KINDS: tuple[Kind, ...] = (
          Answer.TEXT, 5.0, 1.5, None, http_post=True),
     Kind("image", "base64", "Image (base64 body)", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"),),
          Answer.TEXT, 5.0, 1.5, None, http_post=True),
-    Kind("grid", "base64", "Grid image", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"), _p("instructions"),
-                                          _p("grid_size")),
+    Kind("grid", "base64", "Grid image (base64 body)", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"),
+                                                        _p("instructions"), _p("grid_size")),
+         Answer.INDICES, 8.0, 2.5, None, http_post=True),
+    Kind("grid", "post", "Grid image (multipart file)", (_p("file", "ERROR_ZERO_CAPTCHA_FILESIZE"),
+                                                         _p("instructions"), _p("grid_size")),
          Answer.INDICES, 8.0, 2.5, None, http_post=True),
     Kind("bls", "bls", "BLS", (_p("instructions"), *(_p(f"image_base64_{i}") for i in range(1, 10))),
          Answer.INDICES, 8.0, 2.5, None, http_post=True),
@@ -72,8 +77,11 @@ KINDS: tuple[Kind, ...] = (
     Kind("recaptcha_v2_enterprise", "userrecaptcha", "reCAPTCHA v2 Enterprise",
          (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN_WITH_UA, 60.0, 15.0, 120.0,
          http_post=True),
-    Kind("recaptcha_v3", "userrecaptcha", "reCAPTCHA v3 (+ Enterprise)",
+    Kind("recaptcha_v3", "userrecaptcha", "reCAPTCHA v3",
          (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), Answer.TOKEN, 15.0, 5.0, 120.0),
+    Kind("recaptcha_v3_enterprise", "userrecaptcha", "reCAPTCHA v3 Enterprise",
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), Answer.TOKEN_WITH_UA, 15.0, 5.0, 120.0,
+         http_post=True),
     Kind("turnstile", "turnstile", "Cloudflare Turnstile", (_p("sitekey"), _PAGEURL),
          Answer.TOKEN, 12.0, 3.0, 300.0),
     Kind("cloudflare_challenge", "cloudflare_challenge", "Cloudflare Challenge (cf_clearance)",
@@ -83,7 +91,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("geetest_v4", "geetest", "GeeTest v4", (_p("gt"), _PAGEURL),
          Answer.GEETEST, 20.0, 6.0, 600.0),
     Kind("captchafox", "captchafox", "CaptchaFox", (_p("sitekey"), _PAGEURL, *_PROXY),
-         Answer.TOKEN, 15.0, 5.0, 120.0),
+         Answer.TOKEN_WITH_UA, 15.0, 5.0, 120.0),
     Kind("friendly_captcha", "friendly_captcha", "Friendly Captcha", (_p("sitekey"), _PAGEURL),
          Answer.TOKEN, 15.0, 5.0, 120.0),
     Kind("lemin", "lemin", "Lemin", (_p("captcha_id"), _p("div_id"), _PAGEURL),
@@ -119,20 +127,41 @@ def _truthy(value: str | None) -> bool:
 def kind_of(method: str, params: Mapping[str, str]) -> Kind | None:
     """The kind a (method, params) pair denotes, or None for a method CaptchaAI does not have."""
     if method == "userrecaptcha":
+        enterprise = _truthy(params.get("enterprise"))
         if params.get("version", "").lower() == "v3":
-            return _BY_NAME["recaptcha_v3"]
-        if _truthy(params.get("enterprise")):
-            return _BY_NAME["recaptcha_v2_enterprise"]
-        return _BY_NAME["recaptcha_v2"]
+            return _BY_NAME["recaptcha_v3_enterprise" if enterprise else "recaptcha_v3"]
+        return _BY_NAME["recaptcha_v2_enterprise" if enterprise else "recaptcha_v2"]
     if method == "geetest":
         return _BY_NAME["geetest_v4"] if params.get("version") == "4" else _BY_NAME["geetest"]
-    if method == "base64":
-        return _BY_NAME["grid"] if "grid_size" in params else next(
-            k for k in KINDS if k.method == "base64" and k.name == "image")
+    if method in ("base64", "post"):
+        name = "grid" if "grid_size" in params or _truthy(params.get("recaptcha")) else "image"
+        return next(k for k in KINDS if k.method == method and k.name == name)
     for k in KINDS:
         if k.method == method:
             return k
     return None
+
+
+#: grid sizes CaptchaAI solves, by ``grid_size`` value
+GRID_SIZES: Mapping[str, int] = {"3x3": 9, "4x4": 16}
+
+
+def canonical(method: str, params: Mapping[str, str]) -> dict[str, str]:
+    """``params`` of ``method``, the other spellings CaptchaAI accepts for a kind rewritten to this table's.
+
+    Only spellings CaptchaAI itself uses are read (its grid examples: ``recaptcha=1`` with ``textinstructions``
+    and ``recaptcharows``/``recaptchacols``, default 3x3); anything else keeps its name, so a request in another
+    service's dialect meets the error CaptchaAI gives it rather than a differently-shaped success.
+    """
+    out = dict(params)
+    if method not in ("base64", "post"):
+        return out
+    if _truthy(out.get("recaptcha")) and "grid_size" not in out:
+        rows, cols = out.get("recaptcharows", "3").strip(), out.get("recaptchacols", "3").strip()
+        out["grid_size"] = f"{rows}x{cols}"
+    if "grid_size" in out and not out.get("instructions") and out.get("textinstructions"):
+        out["instructions"] = out["textinstructions"]
+    return out
 
 
 def by_name(name: str) -> Kind:
@@ -140,8 +169,9 @@ def by_name(name: str) -> Kind:
 
 
 def missing_param(kind: Kind, params: Mapping[str, str]) -> Param | None:
-    """The first required parameter that is absent or empty."""
+    """The first required parameter that is absent or empty (in any spelling :func:`canonical` reads)."""
+    present = canonical(kind.method, params)
     for p in kind.required:
-        if not params.get(p.name):
+        if not present.get(p.name):
             return p
     return None

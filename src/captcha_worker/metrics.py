@@ -1,7 +1,8 @@
 """Prometheus metrics (the contract in docs/metrics.md) and the small HTTP server for probes and scrapes.
 
 Label values are bounded: ``method`` is a kind from ``methods.KIND_NAMES``, result codes are folded into
-``KNOWN_CODES`` (anything else becomes ``OTHER``), and nothing carries a task id, URL, key or token.
+``KNOWN_CODES`` (the label column of the ``codes`` table; anything else becomes ``OTHER``), and nothing carries a
+task id, URL, key or token.
 The Prometheus registry is the only global state of the package.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
-from captcha_worker import __version__, methods
+from captcha_worker import __version__, codes, methods
 
 PREFIX = "captcha_solver_"
 
@@ -28,26 +29,18 @@ POLL_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 40)
 
 OUTCOMES = ("solved", "error", "expired", "dead_lettered", "duplicate", "released")
 RETRY_CLASSES = ("capacity", "transient", "unsolvable", "requeue")
-#: the fatal API codes (captchaai's FATAL class), pre-created so an alert's increase() sees the first one
-FATAL_CODES = ("ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "IP_BANNED", "ERROR_IP_NOT_ALLOWED")
+#: the fatal API codes (the FATAL class of the codes table), pre-created so an alert's increase() sees the first one
+FATAL_CODES = tuple(c.value for c in codes.FATAL)
 
-#: result codes kept as label values; everything else is reported as OTHER
-KNOWN_CODES = frozenset({
-    "OK", "CAPCHA_NOT_READY", "ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "IP_BANNED",
-    "ERROR_ZERO_BALANCE", "ERROR_NO_SLOT_AVAILABLE", "ERROR_TOO_MUCH_REQUESTS", "ERROR_CAPTCHA_UNSOLVABLE",
-    "ERROR_BAD_PARAMETERS", "ERROR_PAGEURL", "ERROR_GOOGLEKEY", "ERROR_WRONG_GOOGLEKEY",
-    "ERROR_BAD_TOKEN_OR_PAGEURL", "ERROR_ZERO_CAPTCHA_FILESIZE", "ERROR_TOO_BIG_CAPTCHA_FILESIZE",
-    "ERROR_WRONG_FILE_EXTENSION", "ERROR_IMAGE_TYPE_NOT_SUPPORTED", "ERROR_UPLOAD",
-    "ERROR_IMAGE_DIMENSIONS_TOO_LARGE", "ERROR_BAD_PROXY", "ERROR_PROXY_CONNECTION_FAILED",
-    "ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR", "ERROR_WRONG_ID_FORMAT", "ERROR_WRONG_CAPTCHA_ID",
-    "ERROR_EMPTY_ACTION", "HTTP_429", "HTTP_5XX", "HTTP_4XX", "NON_JSON", "TIMEOUT", "CONNECTION_ERROR",
-    "ERROR_IP_NOT_ALLOWED",
-})
+#: result codes kept as label values (the codes table's `label` column); everything else is reported as OTHER
+KNOWN_CODES = codes.LABELS
 
 
-#: codes the worker itself dead-letters with (besides CaptchaAI's missing-param codes, which are in KNOWN_CODES)
-DEAD_LETTER_CODES = ("INVALID_JSON", "INVALID_TASK", "TASK_TOO_LARGE", "UNKNOWN_METHOD", "UNSUPPORTED_METHOD",
-                     "TASK_EXPIRED", "MAX_ATTEMPTS_EXCEEDED", "WORKER_ERROR")
+#: codes the worker itself dead-letters with, rows of the codes table (CaptchaAI's missing-param codes, the other
+#: dead-letter codes, are in KNOWN_CODES)
+DEAD_LETTER_CODES = tuple(c.value for c in (
+    codes.Code.INVALID_JSON, codes.Code.INVALID_TASK, codes.Code.TASK_TOO_LARGE, codes.Code.UNKNOWN_METHOD,
+    codes.Code.UNSUPPORTED_METHOD, codes.Code.TASK_EXPIRED, codes.Code.MAX_ATTEMPTS_EXCEEDED, codes.Code.WORKER_ERROR))
 #: why Redis could not serve (connection.Refusal values; kept here so metrics imports nothing of connection)
 REDIS_REFUSALS = ("connection", "timeout", "loading", "oom", "readonly", "masterdown", "noreplicas", "busy",
                   "tryagain", "clusterdown", "auth")

@@ -4,7 +4,6 @@ over TLS with a private CA. Without the CA, or with a wrong password, each says 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,17 +18,14 @@ from .conftest import SPEED, Row, crashes, worker_env
 
 
 def _certs(d: Path) -> Path:
-    """A throw-away CA and a server certificate for 127.0.0.1 (openssl, as any operator would)."""
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is needed to make a test CA (apt-get install openssl)")
-    run = lambda *a: subprocess.run(a, cwd=d, check=True, capture_output=True)  # noqa: E731
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days",
-        "1", "-subj", "/CN=captcha-test-ca")
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj",
-        "/CN=127.0.0.1")
-    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
-    run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "server.crt", "-days", "1", "-extfile", "ext.cnf")
+    """A throw-away CA and a server certificate for 127.0.0.1 (trustme)."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_pem.write_to_path(str(d / "server.key"))
+    cert.cert_chain_pems[0].write_to_path(str(d / "server.crt"))
+    ca.cert_pem.write_to_path(str(d / "ca.crt"))
     return d / "ca.crt"
 
 

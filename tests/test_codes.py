@@ -1,0 +1,82 @@
+"""The one table of codes (codes.py): its columns drive the client's taxonomy, the metric labels and the simulator,
+and the docs that list codes agree with it."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+from helpers import ROOT
+
+from captcha_worker import captchaai, codes, metrics
+from captcha_worker.codes import Code, ErrorClass, Origin
+from captcha_worker.simulator import add_arguments
+
+
+def test_each_row_is_named_after_its_wire_string() -> None:
+    assert all(c.name == c.value for c in Code)
+    assert Code.of("IP_BANNED") is Code.IP_BANNED and Code.of("ERROR_SOMETHING_NEW") is None
+    assert Code.IP_BANNED == "IP_BANNED" and f"{Code.ERROR_ZERO_BALANCE}" == "ERROR_ZERO_BALANCE"
+
+
+@pytest.mark.parametrize(("code", "cls"), [
+    ("ERROR_IP_NOT_ALLOWED", ErrorClass.FATAL), ("MAX_USER_TURN", ErrorClass.CAPACITY),
+    ("ERROR_TOO_MUCH_REQUESTS", ErrorClass.CAPACITY), ("HTTP_4XX", ErrorClass.TRANSIENT),
+    ("CONNECTION_ERROR", ErrorClass.TRANSIENT), ("ERROR_INTERNAL_SERVER_ERROR", ErrorClass.TRANSIENT),
+    ("ERROR_WRONG_CAPTCHA_ID", ErrorClass.TASK), ("SOLVE_TIMEOUT", ErrorClass.TASK),
+    ("INVALID_JSON", ErrorClass.TASK), ("CAPCHA_NOT_READY", ErrorClass.TASK), ("X_UNKNOWN", ErrorClass.TASK),
+])
+def test_classes(code: str, cls: ErrorClass) -> None:
+    assert codes.classify(code) is cls and captchaai.classify(code) is cls
+    assert captchaai.api_error(code, "in").error_class is cls
+
+
+def test_texts() -> None:
+    assert captchaai.describe("ERROR_CAPTCHA_UNSOLVABLE") == "CaptchaAI could not solve this captcha"
+    assert captchaai.describe("SOLVE_TIMEOUT") == "no answer within the solve time limit"
+    assert captchaai.describe("ERROR_ZERO_BALANCE") == "CaptchaAI answered ERROR_ZERO_BALANCE"  # no text: generic
+    assert codes.server_text("ERROR_WRONG_USER_KEY").startswith("The API key format is wrong")
+    assert codes.server_text("ERROR_NEW") == "Error."
+    for c in Code:  # every error the simulator can answer has an error_text of its own
+        if c.row.simulated and c.row.origin is Origin.API and c.error_class is not None:
+            assert c.row.server_text, c
+
+
+def test_metric_labels_and_fatal_codes_come_from_the_table() -> None:
+    assert metrics.FATAL_CODES == ("ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "IP_BANNED",
+                                   "ERROR_IP_NOT_ALLOWED")
+    assert metrics.code_label("ERROR_ZERO_BALANCE") == "ERROR_ZERO_BALANCE"
+    assert metrics.code_label("MAX_USER_TURN") == "OTHER" and metrics.code_label("INVALID_TASK") == "OTHER"
+    assert metrics.code_label("ERROR_BRAND_NEW") == "OTHER"
+    assert all(c.row.label is False for c in Code if c.row.origin is Origin.RESULT)  # bounded: no task codes
+
+
+def test_the_architecture_taxonomy_table_agrees() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = {"fatal config": ErrorClass.FATAL, "capacity": ErrorClass.CAPACITY, "transient": ErrorClass.TRANSIENT,
+            "task failure": ErrorClass.TASK}
+    seen = 0
+    for label, cls in rows.items():
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {label} |"))
+        for name in re.findall(r"\b(?:ERROR_[A-Z_]+|IP_BANNED|MAX_USER_TURN)\b", line.split("|")[2]):
+            assert codes.classify(name) is cls, f"architecture.md lists {name} as {label}"
+            seen += 1
+    assert seen >= 10
+
+
+def test_contracts_list_every_simulator_flag() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = (ROOT / "docs" / "contracts.md").read_text()
+    section = text[text.index("## Simulator"):text.index("## Redis keys")]
+    flags = {opt for action in parser._actions for opt in action.option_strings if opt.startswith("--")}
+    missing = {f for f in flags - {"--help"} if f"`{f}" not in section and f" {f}" not in section}
+    assert not missing, f"docs/contracts.md#simulator does not describe {sorted(missing)}"
+
+
+def test_metrics_doc_lists_every_kind_label() -> None:
+    from captcha_worker import methods
+
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    assert all(f"`{name}`" in text for name in methods.KIND_NAMES), "a kind (method label) missing in metrics.md"
