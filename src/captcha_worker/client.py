@@ -175,6 +175,7 @@ class TaskSpec:
     params: Mapping[str, Any]
     deadline: float | dt.datetime | None = None
     priority: bool = False
+    id: str | None = None  # your own task id (see CaptchaQueue.submit); None: a new one
 
 
 def _deadline(value: float | dt.datetime | None, now: float) -> float | None:
@@ -306,16 +307,17 @@ class CaptchaQueue:
 
     async def submit(self, method: str, params: Mapping[str, Any] | None = None, *,
                      deadline: float | dt.datetime | None = None, priority: bool = False,
-                     id: str | None = None, **more_params: Any) -> str:
+                     id: str | None = None, task_id: str | None = None, **more_params: Any) -> str:
         """Queue one task; returns its id. Params as keywords, or `params=` for names like ``data-s``.
 
         `deadline`: seconds from now (or an aware datetime) after which the task is answered `expired`
         instead of being solved. `priority`: put the task at the head of the queue. `id`: your own task id
         (1-128 letters, digits, ``. _ : -``); submitting an id the queue knows (queued, or finished within
         TASK_TTL_SECONDS) is a no-op that returns it, so retrying a submit with the same id never solves twice.
+        (`task_id` is the earlier name of `id`.)
         """
-        task, body = self._task(method, {**(params or {}), **more_params}, deadline, id or new_task_ids(1)[0],
-                                time.time())
+        task, body = self._task(method, {**(params or {}), **more_params}, deadline,
+                                id or task_id or new_task_ids(1)[0], time.time())
         await self._push([(task.id, body)], front=priority)
         self._own.add(task.id)
         self._ensure_listener()
@@ -328,12 +330,12 @@ class CaptchaQueue:
         "id": ...}`` (``id`` optional, as in :meth:`submit`).
         """
         now = time.time()
-        specs = [(t, None) if isinstance(t, TaskSpec) else
-                 (TaskSpec(t["method"], t.get("params") or {}, t.get("deadline"), bool(t.get("priority", False))),
-                  t.get("id")) for t in tasks]
-        ids = [given or fresh for (_, given), fresh in zip(specs, new_task_ids(len(specs)), strict=True)]
+        specs = [t if isinstance(t, TaskSpec) else TaskSpec(t["method"], t.get("params") or {}, t.get("deadline"),
+                                                             bool(t.get("priority", False)), t.get("id"))
+                 for t in tasks]
+        ids = [s.id or fresh for s, fresh in zip(specs, new_task_ids(len(specs)), strict=True)]
         built = [(*self._task(s.method, s.params, s.deadline, tid, now), s.priority)
-                 for (s, _), tid in zip(specs, ids, strict=True)]
+                 for s, tid in zip(specs, ids, strict=True)]
         for front in (False, True):
             group = [(t.id, body) for t, body, p in built if p is front]
             if group:
