@@ -22,9 +22,11 @@ per slot) and the poll schedule learning the 1 s solve time while the backlog dr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from bench.common import ROOT, RedisServer, SimulatorProcess, log, percentile, stop_process, summary, worker_env
@@ -96,10 +98,14 @@ def _phase(rs: RedisServer, sim: SimulatorProcess, faults: dict[str, float], *, 
     }
 
 
-def one_run(*, tasks: int, rate: float, warmup: int, slow_s: float, workers: int, concurrency: int, threads: int,
-            http_timeout_s: float, seed: int, wait_s: float = 300.0) -> dict[str, Any]:
+@contextlib.contextmanager
+def _stack(*, faults: dict[str, float], slow_s: float, seed: int, workers: int, concurrency: int, threads: int,
+           http_timeout_s: float) -> Iterator[tuple[RedisServer, SimulatorProcess]]:
+    """redis-server, the simulator (1 s turnstile, these faults from the start) and `workers` worker processes
+    holding their budget."""
+    fault_args = [a for name, rate in faults.items() for a in ("--fault", f"{name}={rate}")]
     sim_args = ["--threads", str(threads), "--speed", "1", "--latency", "turnstile=1:0.2", "--slow-seconds",
-                str(slow_s), "--seed", str(seed)]
+                str(slow_s), "--seed", str(seed), *fault_args]
     with RedisServer() as rs, SimulatorProcess(sim_args) as sim:
         procs = [subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], cwd=ROOT,
                                   env=worker_env(rs.url, concurrency=concurrency, threads=threads, api_url=sim.url,
@@ -111,37 +117,29 @@ def one_run(*, tasks: int, rate: float, warmup: int, slow_s: float, workers: int
             deadline = time.monotonic() + 30
             while r.zcard("{captcha}:budget") < min(threads, workers * concurrency) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            learnt = asyncio.run(_warm_up(rs.url, warmup, 5 * workers))
-            storm = _phase(rs, sim, FAULTS, tasks=tasks, rate=rate, wait_s=wait_s)
-            calm = _phase(rs, sim, NO_FAULTS, tasks=tasks, rate=rate, wait_s=wait_s)
+            yield rs, sim
         finally:
             for p in procs:
                 stop_process(p)
+
+
+def one_run(*, tasks: int, rate: float, warmup: int, slow_s: float, workers: int, concurrency: int, threads: int,
+            http_timeout_s: float, seed: int, wait_s: float = 300.0) -> dict[str, Any]:
+    with _stack(faults={}, slow_s=slow_s, seed=seed, workers=workers, concurrency=concurrency, threads=threads,
+                http_timeout_s=http_timeout_s) as (rs, sim):
+        learnt = asyncio.run(_warm_up(rs.url, warmup, 5 * workers))
+        storm = _phase(rs, sim, FAULTS, tasks=tasks, rate=rate, wait_s=wait_s)
+        calm = _phase(rs, sim, NO_FAULTS, tasks=tasks, rate=rate, wait_s=wait_s)
     return {"storm": storm, "no_faults": calm, "warm_up_last_round_p50_s": learnt}
 
 
 def burst_run(*, tasks: int, slow_s: float, http_timeout_s: float, seed: int, workers: int = 2,
               concurrency: int = 10, threads: int = 20) -> dict[str, Any]:
     """The first report's setup: fresh workers, the storm from the start, every task submitted at once."""
-    fault_args = [a for name, rate_ in FAULTS.items() for a in ("--fault", f"{name}={rate_}")]
-    sim_args = ["--threads", str(threads), "--speed", "1", "--latency", "turnstile=1:0.2", "--slow-seconds",
-                str(slow_s), "--seed", str(seed), *fault_args]
-    with RedisServer() as rs, SimulatorProcess(sim_args) as sim:
-        procs = [subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], cwd=ROOT,
-                                  env=worker_env(rs.url, concurrency=concurrency, threads=threads, api_url=sim.url,
-                                                 HTTP_TIMEOUT_SECONDS=str(http_timeout_s), MAX_ATTEMPTS="10",
-                                                 LEASE_SECONDS="30"),
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
-        try:
-            r = rs.client()
-            deadline = time.monotonic() + 30
-            while r.zcard("{captcha}:budget") < min(threads, workers * concurrency) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            sim.reset()
-            out = asyncio.run(_produce(rs.url, tasks, rate=1e6, wait_s=900))
-        finally:
-            for p in procs:
-                stop_process(p)
+    with _stack(faults=FAULTS, slow_s=slow_s, seed=seed, workers=workers, concurrency=concurrency, threads=threads,
+                http_timeout_s=http_timeout_s) as (rs, sim):
+        sim.reset()
+        out = asyncio.run(_produce(rs.url, tasks, rate=1e6, wait_s=900))
     lat = out["latencies"]
     return {"p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99), "max_s": max(lat) if lat else None,
             **out["counts"], "slots": workers * concurrency, "threads": threads}
