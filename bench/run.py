@@ -89,7 +89,7 @@ def _p6(smoke: bool, profile: Path | None) -> dict[str, Any]:
 
     if smoke:
         return p6_faults.run(tasks=20, rate=20, warmup=2, reps=1, slow_s=3.0, http_timeout_s=2.0, concurrency=10,
-                               threads=20)
+                             threads=20, burst=False)
     return p6_faults.run(tasks=300, rate=30, reps=3)
 
 
