@@ -154,6 +154,13 @@ class SimulatorProcess:
         with urllib.request.urlopen(req, timeout=10):
             pass
 
+    def configure(self, **patch: Any) -> None:
+        """POST /_sim/config (e.g. ``faults={"html502": 0.1}``; faults and latency are merged)."""
+        req = urllib.request.Request(f"{self.url}/_sim/config", data=json.dumps(patch).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+
 
 # -- statistics ---------------------------------------------------------------------------------------------
 def percentile(values: Sequence[float], q: float) -> float:

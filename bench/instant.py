@@ -2,7 +2,7 @@
 
 ``InstantApi`` implements the worker's ``Api`` protocol; ``solve()`` returns at once with the solve-start time
 (``time.time()``) as the answer, so a producer can compute pickup latency from the result alone.  The worker is
-built exactly as ``captcha-worker run`` builds it: ``WorkerConfig.from_env()`` and ``connect_redis``, with
+built exactly as ``captcha-worker run`` builds it: ``WorkerConfig.from_env()`` and ``connection.connect``, with
 the CLI's log setup; only the API client is swapped.
 
 Run as a child process::
@@ -27,8 +27,9 @@ from collections.abc import Mapping
 from captcha_worker import log
 from captcha_worker.captchaai import Answer, Solution, SolveStats, ThreadsInfo
 from captcha_worker.config import WorkerConfig
+from captcha_worker.connection import connect
 from captcha_worker.methods import Kind
-from captcha_worker.worker import Worker, connect_redis
+from captcha_worker.worker import Worker
 
 
 class InstantApi:
@@ -70,7 +71,7 @@ class InstantApi:
 async def _drain(n: int, result_path: str | None) -> None:
     cfg = WorkerConfig.from_env()
     log.setup(cfg.log_level, secrets=[cfg.api_key.value, cfg.redis.password.value])
-    redis = connect_redis(cfg.redis)
+    redis = connect(cfg.redis, client_name="captcha-bench-instant")
     api = InstantApi(cfg.threads, n)
     worker = Worker(cfg, redis, api)
     stop = asyncio.Event()
@@ -98,7 +99,7 @@ async def _drain(n: int, result_path: str | None) -> None:
 async def _serve() -> None:
     cfg = WorkerConfig.from_env()
     log.setup(cfg.log_level, secrets=[cfg.api_key.value, cfg.redis.password.value])
-    redis = connect_redis(cfg.redis)
+    redis = connect(cfg.redis, client_name="captcha-bench-instant")
     hold = os.environ.get("BENCH_SOLVE_HOLD")  # "MIN:MAX" seconds (P3: the answer arrives at a random phase)
     lo, _, hi = (hold or "").partition(":")
     worker = Worker(cfg, redis, InstantApi(cfg.threads, hold=(float(lo), float(hi)) if hold else None))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT
+from bench.common import RESULTS, ROOT, summary
 
 DOC = ROOT / "docs" / "benchmarks.md"
 
@@ -121,6 +121,12 @@ def block_summary(res: dict[str, dict[str, Any]]) -> str:
                      f"{num(100 * p5['utilisation']['median'], 1)} %)", ok(t["p5_at_cap_ge_98pct"])])
         rows.append(["P5 0 over-cap requests", f"{num(p5['over_cap_rejections']['max'])}",
                      ok(t["p5_zero_over_cap"])])
+    p6 = res.get("p6_faults")
+    if p6:
+        rows.append(["P6 fault storm: p50 ≤ 5 s for 1 s solves, nothing lost",
+                     f"p50 {num(p6['storm_p50_s']['median'], 2)} s, p99 {num(p6['storm_p99_s']['median'], 1)} s, "
+                     f"lost {sum(r['lost'] for r in p6['runs']['storm'])}",
+                     ok(p6["targets"]["p6_storm_p50_le_5s"] and p6["targets"]["p6_nothing_lost"])])
     return table(["target", "measured (median)", ""], rows)
 
 
@@ -299,6 +305,29 @@ def block_p5(p5: dict[str, Any]) -> str:
         f"(min–max).", "", table(["", ""], rows), "", "![P5 utilisation](img/bench-utilisation.png)"])
 
 
+def block_p6(p6: dict[str, Any]) -> str:
+    par, runs = p6["params"], p6["runs"]
+    faults = ", ".join(f"{k} {100 * v:g} %" for k, v in par["faults"].items())
+
+    def row(label: str, key: str, digits: int = 2) -> list[str]:
+        return [label] + [med(summary([r[key] for r in runs[name] if r[key] is not None]), digits)
+                          for name in ("storm", "no_faults")]
+
+    rows = [row("p50 submit → result, s", "p50_s"), row("p90, s", "p90_s"), row("p99, s", "p99_s"),
+            row("max, s", "max_s", 1), row("API calls per solved task", "api_calls_per_task"),
+            row("solved", "solved", 0), row("failed", "failed", 0), row("lost (no outcome)", "lost", 0)]
+    burst = p6.get("burst_first_report_setup")
+    tail = [] if not burst else [
+        "", f"First report's setup (fresh workers, {burst['slots']} slots, a {burst['threads']}-thread plan, "
+        f"{par['tasks']} tasks at once, the storm from the start; one run): p50 {num(burst['p50_s'], 1)} s, p99 "
+        f"{num(burst['p99_s'], 1)} s, lost {burst['lost']}."]
+    return "\n".join([
+        f"{par['tasks']} turnstile tasks at {par['rate']:g}/s, {par['latency']}; {par['workers']} workers × "
+        f"{par['concurrency']} slots, {par['threads']} plan threads, HTTP timeout {par['http_timeout_s']:g} s, slow "
+        f"replies held {par['slow_s']:g} s; faults: {faults}; {par['repetitions']} repetitions, median (min–max).",
+        "", table(["", "fault storm", "no faults"], rows), *tail])
+
+
 def block_p7(p7: dict[str, Any]) -> str:
     par = p7["params"]
     rows = []
@@ -332,13 +361,14 @@ BLOCKS: dict[str, tuple[str | None, Callable[..., str]]] = {
     "p3": ("p3_latency", block_p3),
     "p4": ("p4_polling", block_p4),
     "p5": ("p5_utilisation", block_p5),
+    "p6": ("p6_faults", block_p6),
     "p7": ("p7_planner", block_p7),
 }
 
 
 def render(text: str, results: Path) -> str:
     res = {name: doc for name in ("p1_queue_overhead", "p2_capacity", "p3_latency", "p4_polling", "p5_utilisation",
-                                  "p7_planner")
+                                  "p6_faults", "p7_planner")
            if (doc := _load(results, name)) is not None}
     for block, (source, fn) in BLOCKS.items():
         pattern = re.compile(rf"(<!-- BEGIN GENERATED: {block} -->\n).*?(<!-- END GENERATED: {block} -->)", re.S)

@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m bench.run [p1 p2 p3 p4 p5 p7] [--smoke] [--out DIR]`` (``make bench`` runs all).
+"""Run the benchmarks: ``python -m bench.run [p1 .. p7] [--smoke] [--out DIR]`` (``make bench`` runs all).
 
 Full mode writes ``bench/results/<name>.json``, the plots in ``docs/img/`` and rewrites the generated tables of
 ``docs/benchmarks.md`` (``python -m bench.report``).  ``--smoke`` runs every benchmark at toy sizes in well under
@@ -24,6 +24,7 @@ NAMES = {
     "p3": "p3_latency",
     "p4": "p4_polling",
     "p5": "p5_utilisation",
+    "p6": "p6_faults",
     "p7": "p7_planner",
 }
 
@@ -84,6 +85,15 @@ def _p5(smoke: bool, profile: Path | None) -> dict[str, Any]:
     return p5_utilisation.run(threads=50, backlog=2000, workers=4, concurrency=15, speed=10, reps=3)
 
 
+def _p6(smoke: bool, profile: Path | None) -> dict[str, Any]:
+    from bench import p6_faults
+
+    if smoke:
+        return p6_faults.run(tasks=20, rate=20, warmup=2, reps=1, slow_s=3.0, http_timeout_s=2.0, concurrency=10,
+                             threads=20, burst=False)
+    return p6_faults.run(tasks=300, rate=30, reps=3)
+
+
 def _p7(smoke: bool, profile: Path | None) -> dict[str, Any]:
     from bench import p7_planner
 
@@ -93,7 +103,7 @@ def _p7(smoke: bool, profile: Path | None) -> dict[str, Any]:
 
 
 RUNNERS: dict[str, Callable[[bool, Path | None], dict[str, Any]]] = {
-    "p1": _p1, "p2": _p2, "p3": _p3, "p4": _p4, "p5": _p5, "p7": _p7}
+    "p1": _p1, "p2": _p2, "p3": _p3, "p4": _p4, "p5": _p5, "p6": _p6, "p7": _p7}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,10 +128,11 @@ ERRORS = Row("Errors", (
           "every 30 s until the key works.",
           (Q("{{code}}", f"sum by (code) ({rate('fatal_errors_total')})"),), w=9, unit="reqps"),
     Graph("Dead-lettered tasks",
-          "Length of the dead-letter list and tasks dead-lettered per second (malformed, unsupported, too large, "
-          "or MAX_ATTEMPTS exceeded).",
+          "Length of the dead-letter list and items dead-lettered per second, in all and by code (INVALID_JSON, "
+          "TASK_TOO_LARGE, UNKNOWN_METHOD, MAX_ATTEMPTS_EXCEEDED, ...).",
           (Q("in the dead-letter list", f"max({m('queue_depth', state='dead')})"),
-           Q("dead-lettered/s", f"sum({rate('tasks_total', outcome='dead_lettered')})", right_unit="reqps")),
+           Q("dead-lettered/s", f"sum({rate('tasks_total', outcome='dead_lettered')})", right_unit="reqps"),
+           Q("{{code}}/s", f"sum by (code) ({rate('dead_letters_total')})", right_unit="reqps")),
           w=9),
     Graph("Leases reaped, leases lost, Redis errors",
           "Claimed tasks requeued by a reaper (their worker died or stalled: expired lease, or an orphaned claim), "

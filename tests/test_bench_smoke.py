@@ -94,6 +94,18 @@ def test_p5_utilisation(results: Path) -> None:
     assert {"p5_at_cap_ge_98pct", "p5_zero_over_cap"} <= d["targets"].keys()
 
 
+def test_p6_faults(results: Path) -> None:
+    d = load(results, "p6_faults")
+    for key in ("storm_p50_s", "storm_p99_s", "no_faults_p50_s"):
+        assert SUMMARY <= d[key].keys()
+    for phase in ("storm", "no_faults"):
+        run = d["runs"][phase][0]
+        assert {"p50_s", "p99_s", "solved", "failed", "lost", "api_calls_per_task", "faults_injected"} <= run.keys()
+        assert run["solved"] + run["failed"] + run["lost"] == d["params"]["tasks"]
+    assert sum(d["runs"]["storm"][0]["faults_injected"].values()) > 0, "the storm phase injects faults"
+    assert {"p6_storm_p50_le_5s", "p6_nothing_lost"} <= d["targets"].keys()
+
+
 def test_p7_planner(results: Path) -> None:
     d = load(results, "p7_planner")
     case = d["cases"][0]
@@ -112,5 +124,5 @@ def test_report_renders_from_smoke_results(results: Path, tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     text = doc.read_text()
     assert "_no results yet" not in text
-    for block in ("machine", "summary", "p1", "p2", "p3", "p4", "p5", "p7"):
+    for block in ("machine", "summary", "p1", "p2", "p3", "p4", "p5", "p6", "p7"):
         assert f"<!-- BEGIN GENERATED: {block} -->" in text

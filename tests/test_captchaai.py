@@ -263,3 +263,47 @@ def _in(seconds: float) -> float:
     import time
 
     return time.time() + seconds
+
+
+async def test_a_failed_poll_is_followed_soon_by_the_next_and_teaches_the_schedule_nothing(
+        mock: aioresponses) -> None:
+    """Polls are not retried with backoff: after a failure the next scheduled poll comes sooner; a solve whose
+    last gap held a failure is not observed (a slow failed poll would teach a solve time it never took)."""
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    policy = RetryPolicy(transient_attempts=4, transient_initial_s=0.25, transient_max_s=4.0)
+    async with CaptchaAI(Secret(KEY), BASE, retry=policy) as api:
+        model = api.latency_model(TURNSTILE)
+        mock.post(IN, payload={"status": 1, "request": "42"})
+        mock.post(RES, status=502, body="<html>bad gateway</html>")
+        mock.post(RES, exception=TimeoutError())
+        mock.post(RES, payload={"status": 1, "request": "tok"})
+        stats = SolveStats()
+        sol = await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(60),
+                              stats=stats, sleep=record)
+    assert sol.answer.request == "tok" and (stats.polls, stats.api_calls) == (3, 4)
+    assert waits[0] == pytest.approx(model.mean - model.stddev, rel=0.06), "the first poll on schedule"
+    assert all(0.25 <= w <= 0.5 for w in waits[1:]), f"then soon, not after a backoff: {waits}"
+    assert model.observed == 0, "a blurred solve is not a sample"
+
+
+async def test_failed_polls_in_a_row_end_the_solve_as_transient(mock: aioresponses) -> None:
+    async def no_wait(_: float) -> None:
+        return None
+
+    async with CaptchaAI(Secret(KEY), BASE, retry=FAST) as api:
+        mock.post(IN, payload={"status": 1, "request": "42"})
+        for _ in range(FAST.transient_attempts):
+            mock.post(RES, status=502, body="<html>bad gateway</html>")
+        with pytest.raises(TransientError):
+            await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(60),
+                            sleep=no_wait)
+
+
+def test_polls_have_their_own_shorter_timeout() -> None:
+    api = CaptchaAI(Secret(KEY), BASE, http_timeout_s=30, poll_timeout_s=5)
+    assert (api._timeout.total, api._poll_timeout.total) == (30, 5)
+    assert CaptchaAI(Secret(KEY), BASE, http_timeout_s=2, poll_timeout_s=5)._poll_timeout.total == 2

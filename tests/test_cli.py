@@ -9,7 +9,7 @@ import pytest
 from helpers import KEY, free_port, run_cli
 from redis import Redis
 
-from captcha_worker.queue import Keys, dead_entry
+from captcha_worker.queue import Keys
 
 pytestmark = pytest.mark.slow
 TURNSTILE_ARGS = ["turnstile", "-p", "sitekey=0x4AAAAAAA", "-p", "pageurl=https://example.com/login"]
@@ -72,7 +72,19 @@ def test_bad_arguments_exit_2_with_one_line(stack: Any, args: list[str], message
 
 def test_wait_reports_failures_with_exit_1(stack: Any) -> None:
     proc = run_cli("wait", "never-submitted", "--timeout", "0.3", env=env_of(stack))
-    assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == "timed_out"
+    assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == "unknown"
+
+
+def test_wait_tells_an_expired_result_from_an_unknown_id(stack: Any) -> None:
+    admin = Redis.from_url(stack.redis_url, decode_responses=True)
+    try:
+        admin.hset(KEYS.task("finished-long-ago"), mapping={"attempts": 1, "state": "done"})  # a tombstone
+        admin.expire(KEYS.task("finished-long-ago"), 60)
+        proc = run_cli("wait", "finished-long-ago", "--timeout", "5", env=env_of(stack))
+    finally:
+        admin.close()
+    line = json.loads(proc.stdout)
+    assert proc.returncode == 1 and line["status"] == "result_expired" and "RESULT_TTL_SECONDS" in line["text"]
 
 
 def test_stats_json(stack: Any) -> None:
@@ -120,9 +132,11 @@ def test_producer_commands_on_unreachable_redis_exit_1(stack: Any) -> None:
 
 def test_dead_letters_list_requeue_purge(stack: Any) -> None:
     admin = Redis.from_url(stack.redis_url, decode_responses=True)
-    body = json.dumps({"id": "dl-1", "method": "turnstile", "params": {"sitekey": "s", "pageurl": "https://e"}})
-    admin.lpush(KEYS.dead, dead_entry(reason="gave up after 3 attempts (last: HTTP_5XX)",
-                                      code="MAX_ATTEMPTS_EXCEEDED", task_id="dl-1", body=body, raw=None, attempts=3))
+    body = json.dumps({"id": "dl-1", "method": "turnstile", "params": {"sitekey": "s", "pageurl": "https://e",
+                                                                      "proxy": "bob:Pl4ntedPw@10.0.0.1:3128"}})
+    # an entry as the previous version wrote it: the body in clear
+    admin.lpush(KEYS.dead, json.dumps({"id": "dl-1", "reason": "gave up after 3 attempts (last: HTTP_5XX)",
+                                       "code": "MAX_ATTEMPTS_EXCEEDED", "attempts": 3, "at": 1.0, "body": body}))
     admin.rpush(KEYS.pending, '{"id": "dl-2", "method": "hcaptcha", "params": {"sitekey": "s", "pageurl": "u"}}')
     try:
         for _ in range(100):
@@ -132,10 +146,13 @@ def test_dead_letters_list_requeue_purge(stack: Any) -> None:
                 break
         codes = {r["id"]: r["code"] for r in rows}
         assert (codes["dl-1"], codes["dl-2"]) == ("MAX_ATTEMPTS_EXCEEDED", "UNSUPPORTED_METHOD")
+        assert "Pl4ntedPw" not in listing.stdout and "***@10.0.0.1:3128" in listing.stdout
         human = run_cli("dead-letters", "list", env=env_of(stack))
         assert "hCaptcha is not solved by CaptchaAI" in human.stdout
         requeued = run_cli("dead-letters", "requeue", "dl-1", "--json", env=env_of(stack))
-        assert requeued.returncode == 0 and json.loads(requeued.stdout) == {"requeued": 1}
+        assert requeued.returncode == 0 and json.loads(requeued.stdout) == {"requeued": 1, "not_requeueable": []}
+        again = run_cli("dead-letters", "requeue", "dl-2", env=env_of(stack))
+        assert again.returncode == 1 and "not requeueable" in again.stdout and "dl-2" in again.stdout
         waited = run_cli("wait", "dl-1", "--timeout", "60", env=env_of(stack))
         assert waited.returncode == 0 and json.loads(waited.stdout)["status"] == "solved"
         purged = run_cli("dead-letters", "purge", "--yes", "--json", env=env_of(stack))

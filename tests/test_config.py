@@ -10,7 +10,7 @@ import pytest
 from helpers import KEY, run_cli
 
 from captcha_worker import log
-from captcha_worker.config import ConfigError, Secret, WorkerConfig, redact_url
+from captcha_worker.config import ConfigError, ProducerConfig, Secret, WorkerConfig, redact_url
 
 GOOD = {"CAPTCHAAI_KEY": KEY, "CAPTCHAAI_THREADS": "10", "REDIS_URL": "rediss://user:pw@redis.example:6380/2"}
 
@@ -20,6 +20,16 @@ def test_defaults_and_parsing() -> None:
     assert (cfg.threads, cfg.concurrency, cfg.queue, cfg.metrics_port) == (10, 4, "captcha", 9100)
     assert cfg.compat_results_hash is True and cfg.api_url == "https://ocr.captchaai.com"
     assert KEY not in repr(cfg) and "pw" not in cfg.redis.display_url()
+    assert (cfg.compat_queue_list, cfg.redis.socket_timeout_s, cfg.http_poll_timeout_seconds) == (None, 10.0, 5.0)
+    assert WorkerConfig.from_env({**GOOD, "COMPAT_QUEUE_LIST": "captcha:queue"}).compat_queue_list == "captcha:queue"
+
+
+def test_producer_config_reads_the_workers_variables() -> None:
+    pc = ProducerConfig.from_env({"REDIS_URL": "redis://h:1/0", "REDIS_USERNAME": "u", "QUEUE_NAME": "q2",
+                                  "TASK_TTL_SECONDS": "120", "MAX_TASK_BYTES": "2048",
+                                  "REDIS_CONNECT_TIMEOUT_SECONDS": "1.5"})
+    assert (pc.queue, pc.task_ttl_seconds, pc.max_task_bytes) == ("q2", 120, 2048)
+    assert (pc.redis.username, pc.redis.connect_timeout_s) == ("u", 1.5)
 
 
 @pytest.mark.parametrize(("env", "message"), [
@@ -36,6 +46,10 @@ def test_defaults_and_parsing() -> None:
     ({"COMPAT_RESULTS_HASH": "maybe"}, "COMPAT_RESULTS_HASH must be true or false"),
     ({"LOG_LEVEL": "loud"}, "LOG_LEVEL must be debug"),
     ({"SOLVE_TIMEOUT_SECONDS": "nan"}, "SOLVE_TIMEOUT_SECONDS must be >= 1.0"),
+    ({"COMPAT_QUEUE_LIST": "{captcha}:pending"}, "COMPAT_QUEUE_LIST must not be one of the queue's own lists"),
+    ({"COMPAT_QUEUE_LIST": "a b"}, "COMPAT_QUEUE_LIST must be a Redis key name without spaces"),
+    ({"REDIS_SOCKET_TIMEOUT_SECONDS": "1"}, "REDIS_SOCKET_TIMEOUT_SECONDS must be >= 2.0"),
+    ({"HTTP_POLL_TIMEOUT_SECONDS": "0"}, "HTTP_POLL_TIMEOUT_SECONDS must be >= 0.5"),
 ])
 def test_bad_config_is_one_clear_sentence(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as info:

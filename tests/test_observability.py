@@ -766,7 +766,7 @@ def test_no_worker_label_clashes_with_a_target_label(lab: Lab) -> None:
 def test_label_value_sets_are_bounded_and_documented() -> None:
     text = METRICS_DOC.read_text()
     for values in (metrics.OUTCOMES, metrics.RETRY_CLASSES, metrics.FATAL_CODES, ("pending", "processing", "dead"),
-                   ("expired", "orphaned")):
+                   ("expired", "orphaned"), metrics.DEAD_LETTER_CODES, metrics.REDIS_REFUSALS):
         for v in values:
             assert f"`{v}`" in text, f"label value {v} not in docs/metrics.md"
     # every fatal code of the API client is a pre-created, known label value

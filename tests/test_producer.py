@@ -17,10 +17,12 @@ from captcha_worker.client import (
     Failed,
     InvalidTask,
     QueueUnavailable,
+    ResultExpired,
     Solved,
     SyncCaptchaQueue,
     TaskSpec,
     TimedOut,
+    UnknownTask,
 )
 
 pytestmark = pytest.mark.slow
@@ -85,7 +87,8 @@ async def test_a_result_is_readable_after_its_notification_expired(q: CaptchaQue
 
 async def test_waiting_longer_than_allowed_is_timed_out(q: CaptchaQueue) -> None:
     started = time.monotonic()
-    assert isinstance(await q.result("no-such-task", timeout=0.3), TimedOut)
+    unknown = await q.result("no-such-task", timeout=0.3)
+    assert isinstance(unknown, UnknownTask) and unknown.waited_s >= 0.3, "still no record of it after the wait"
     assert time.monotonic() - started < 2
     slow = await q.submit("cloudflare_challenge", {"pageurl": "https://e.com", "proxy": "u:p@10.0.0.1:3128",
                                                     "proxytype": "HTTP"})  # ~4.5 s at speed 20
@@ -151,3 +154,53 @@ def test_sync_wrapper(stack: Any) -> None:
         single = q.submit("turnstile", TURNSTILE)
         assert isinstance(q.result(single, timeout=30), Solved)
         assert sorted(o.id for o in q.results(ids, timeout=30)) == sorted(ids)
+
+
+async def test_an_expired_result_is_said_at_once_and_is_not_an_unknown_id(q: CaptchaQueue, stack: Any) -> None:
+    task_id = await q.submit("turnstile", TURNSTILE)
+    assert isinstance(await q.result(task_id, timeout=30), Solved)
+    admin = Redis.from_url(stack.redis_url, decode_responses=True)
+    await admin.delete(q.keys.result(task_id))  # RESULT_TTL_SECONDS passed
+    await admin.aclose()
+    started = time.monotonic()
+    assert await q.result(task_id, timeout=30) == ResultExpired(task_id)
+    assert time.monotonic() - started < 1, "no waiting for a result that is gone"
+
+
+async def test_submitting_a_known_id_again_is_a_no_op(q: CaptchaQueue, stack: Any) -> None:
+    async with CaptchaQueue.from_url(stack.redis_url, queue="idempotent") as idle:  # no worker serves it
+        assert await idle.submit("turnstile", TURNSTILE, id="order-42") == "order-42"
+        assert await idle.submit("turnstile", TURNSTILE, id="order-42") == "order-42"
+        ids = await idle.submit_many([{"method": "turnstile", "params": TURNSTILE, "id": "order-42"},
+                                      {"method": "turnstile", "params": TURNSTILE, "id": "order-43"}])
+        assert ids == ["order-42", "order-43"]
+        assert await idle.redis.lrange(idle.keys.pending, 0, -1) == ["order-42", "order-43"]
+    first = await q.submit("turnstile", TURNSTILE, id="solve-once-1")
+    assert isinstance(await q.result(first, timeout=30), Solved)
+    assert await q.submit("turnstile", TURNSTILE, id="solve-once-1") == first
+    again = await q.result(first, timeout=5)
+    assert isinstance(again, Solved) and again.attempts == 1, "the known task's result, not a second solve"
+
+
+async def test_from_env_reads_the_workers_variables(stack: Any) -> None:
+    async with CaptchaQueue.from_env({"REDIS_URL": stack.redis_url, "QUEUE_NAME": "envq", "TASK_TTL_SECONDS": "120",
+                                      "MAX_TASK_BYTES": "2048"}) as q:
+        assert (q.keys.queue, q.task_ttl, q.max_task_bytes) == ("envq", 120, 2048)
+        with pytest.raises(InvalidTask, match="over the limit of 2048"):
+            await q.submit("base64", {"body": "A" * 3000})
+        clients = await q.redis.client_list()
+        assert any(c.get("name") == f"captcha-producer-{q.producer_id}" for c in clients)
+
+
+async def test_redis_refusing_writes_is_a_typed_error(stack: Any) -> None:
+    async with CaptchaQueue.from_url(stack.redis_url, queue="oom", submit_retry_s=0.5) as q:
+        await q.redis.config_set("maxmemory-policy", "noeviction")
+        await q.redis.config_set("maxmemory", "1")
+        try:
+            with pytest.raises(QueueUnavailable) as info:
+                await q.submit("turnstile", TURNSTILE, id="oom-1")
+        finally:
+            await q.redis.config_set("maxmemory", "0")
+        assert info.value.refusal.value == "oom" and info.value.task_ids == ["oom-1"]
+        assert "out of memory" in str(info.value)
+        assert await q.submit("turnstile", TURNSTILE, id="oom-1") == "oom-1", "retrying the same id is safe"

@@ -8,8 +8,10 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from captcha_worker.queue import Ack, DeadLetter, Keys, Queue, QueueStats, dead_entry
+from captcha_worker.queue import Ack, ClaimFlag, Keys, Lookup, Queue, QueueStats, dead_entry
 from captcha_worker.task import Result, Status
+
+LEASE_ARGS = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100]  # lease s, prefixes, max bytes, dead cap
 
 
 def body(task_id: str, reply_to: str | None = None) -> str:
@@ -56,7 +58,7 @@ async def test_claim_reports_an_existing_result_and_an_expired_body(q: Queue, an
     await any_redis.set(q.keys.result("a"), "{}")
     await any_redis.delete(q.keys.task("b"))
     a, b = await q.claim(2, lease_s=30)
-    assert a.done and a.body is not None
+    assert a.done and a.body is None, "a finished task's body is not shipped"
     assert b.body is None and b.attempts == 0
     assert not await any_redis.exists(q.keys.task("b")), "a missing body must not be recreated without TTL"
 
@@ -89,7 +91,9 @@ async def test_ack_first_writer_wins_and_notifies_once(q: Queue, any_redis: Redi
     assert await any_redis.lrange(q.keys.reply("prod1"), 0, -1) == [first.to_json()]
     assert await any_redis.llen(q.keys.processing) == 0
     assert await any_redis.zcard(q.keys.leases) == 0
-    assert not await any_redis.exists(q.keys.task("a"))
+    assert await any_redis.hgetall(q.keys.task("a")) == {"attempts": "1", "state": "done"}, \
+        "the body goes, a tombstone stays (result expired vs unknown id, idempotent submit)"
+    assert 0 < await any_redis.ttl(q.keys.task("a")) <= 100, "the tombstone keeps the task's TTL"
     assert 0 < await any_redis.ttl(q.keys.result("a")) <= 60
 
 
@@ -155,8 +159,8 @@ async def test_a_lease_taken_in_time_clears_the_orphan_mark(q: Queue, any_redis:
     item = await any_redis.lmove(q.keys.pending, q.keys.processing, "LEFT", "RIGHT")
     await q.reap(orphan_grace_s=0.2)
     assert await any_redis.zscore(q.keys.orphans, "a") is not None
-    leased = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans],
-                            args=[item, 60, q.keys.task_prefix, q.keys.result_prefix])
+    leased = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans, q.keys.dead],
+                            args=[item, *LEASE_ARGS])
     assert leased[0] == "a"
     await asyncio.sleep(0.3)
     assert await q.reap(orphan_grace_s=0.2) == (0, 0)
@@ -164,18 +168,18 @@ async def test_a_lease_taken_in_time_clears_the_orphan_mark(q: Queue, any_redis:
 
 
 async def test_lease_after_blmove_refuses_an_item_the_reaper_took_back(q: Queue) -> None:
-    got = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans],
-                         args=["ghost", 60, q.keys.task_prefix, q.keys.result_prefix])
+    got = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans, q.keys.dead],
+                         args=["ghost", *LEASE_ARGS])
     assert got == []
 
 
 async def test_bury_dead_letters_with_reason_and_answers_the_producer(q: Queue, any_redis: Redis) -> None:
     await q.push([("a", body("a", "prod1"))], ttl=100)
     (c,) = await q.claim(1, lease_s=30)
-    entry = dead_entry(reason="unknown method 'x'", code="UNKNOWN_METHOD", task_id="a", body=c.body, raw=None,
-                       attempts=1)
+    entry = dead_entry(reason="unknown method 'x'", code="UNKNOWN_METHOD", task_id="a", view="{}", attempts=1)
     result = Result("a", Status.ERROR, code="UNKNOWN_METHOD", text="unknown method 'x'")
-    assert await q.bury(c.item, entry, result=result, reply_to="prod1", dead_max=2, result_ttl=60, reply_ttl=60)
+    assert await q.bury(c.item, entry, result=result, reply_to="prod1", dead_max=2, result_ttl=60,
+                        reply_ttl=60) == (True, True)
     (letter,) = await q.dead_letters()
     assert (letter.id, letter.code, letter.reason) == ("a", "UNKNOWN_METHOD", "unknown method 'x'")
     assert await any_redis.llen(q.keys.processing) == 0
@@ -188,7 +192,7 @@ async def test_dead_letters_are_capped(q: Queue, any_redis: Redis) -> None:
         tid = f"t{i}"
         await q.push([(tid, body(tid))], ttl=100)
         (c,) = await q.claim(1, lease_s=30)
-        entry = dead_entry(reason="r", code="C", task_id=tid, body=c.body, raw=None, attempts=1)
+        entry = dead_entry(reason="r", code="C", task_id=tid, view=None, attempts=1)
         await q.bury(c.item, entry, result=None, reply_to=None, dead_max=3, result_ttl=60, reply_ttl=60)
     assert [d.id for d in await q.dead_letters()] == ["t4", "t3", "t2"]
 
@@ -228,30 +232,59 @@ async def test_expired_budget_units_are_reclaimed_and_reported_lost(q: Queue) ->
 async def test_requeue_dead_restores_the_task(q: Queue, any_redis: Redis) -> None:
     await q.push([("a", body("a"))], ttl=100)
     (c,) = await q.claim(1, lease_s=30)
-    entry = dead_entry(reason="gave up", code="MAX_ATTEMPTS_EXCEEDED", task_id="a", body=c.body, raw=None,
-                       attempts=3)
+    entry = dead_entry(reason="gave up", code="MAX_ATTEMPTS_EXCEEDED", task_id="a", view=None, attempts=3)
     await q.bury(c.item, entry, result=Result("a", Status.ERROR, code="MAX_ATTEMPTS_EXCEEDED"), reply_to=None,
                  dead_max=10, result_ttl=60, reply_ttl=60)
     (letter,) = await q.dead_letters()
+    assert await any_redis.hget(q.keys.task("a"), "state") == "dead", "BURY keeps the body for a requeue"
     assert await q.requeue_dead(letter, ttl=100)
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["a"]
-    assert await any_redis.hget(q.keys.task("a"), "attempts") == "0"
+    assert await any_redis.hgetall(q.keys.task("a")) == {"body": body("a"), "attempts": "0"}
     assert not await any_redis.exists(q.keys.result("a")), "the old error result must not shadow a new solve"
     assert await q.requeue_dead(letter, ttl=100) is False
     assert await q.purge_dead() == 0
 
 
-async def test_requeue_dead_raw_item_pushes_the_raw_payload(q: Queue, any_redis: Redis) -> None:
+async def test_requeue_dead_says_when_the_body_expired(q: Queue, any_redis: Redis) -> None:
+    await q.push([("a", body("a"))], ttl=100)
+    (c,) = await q.claim(1, lease_s=30)
+    entry = dead_entry(reason="gave up", code="MAX_ATTEMPTS_EXCEEDED", task_id="a", view=None, attempts=3)
+    await q.bury(c.item, entry, result=None, reply_to=None, dead_max=10, result_ttl=60, reply_ttl=60)
+    await any_redis.delete(q.keys.task("a"))  # TASK_TTL_SECONDS passed
+    (letter,) = await q.dead_letters()
+    assert await q.requeue_dead(letter, ttl=100) is None
+    assert await any_redis.llen(q.keys.dead) == 1 and await any_redis.llen(q.keys.pending) == 0
+
+
+async def test_requeue_dead_raw_payload_keeps_only_a_view(q: Queue, any_redis: Redis) -> None:
     raw = '{"id": "s", "method": "nope"}'
     await any_redis.rpush(q.keys.pending, raw)
     (c,) = await q.claim(1, lease_s=30)
-    entry = dead_entry(reason="unknown method", code="UNKNOWN_METHOD", task_id="s", body=None, raw=raw,
-                       attempts=0)
-    await q.bury(c.item, entry, result=None, reply_to=None, dead_max=10, result_ttl=60, reply_ttl=60)
-    letter = DeadLetter.parse((await any_redis.lrange(q.keys.dead, 0, 0))[0])
-    assert letter.item == raw
-    assert await q.requeue_dead(letter, ttl=100)
-    assert await any_redis.lrange(q.keys.pending, 0, -1) == [raw]
+    assert c.item == raw and c.body is None and c.attempts == 1
+    entry = dead_entry(reason="unknown method", code="UNKNOWN_METHOD", task_id="s", view='{"id":"s"}', attempts=1)
+    await q.bury(c.item, entry, result=None, reply_to=None, dead_max=10, result_ttl=60, reply_ttl=60, raw=True)
+    (letter,) = await q.dead_letters()
+    assert letter.view == '{"id":"s"}' and letter.legacy_raw is None
+    assert await q.requeue_dead(letter, ttl=100) is None, "an invalid raw payload is not stored: nothing to requeue"
+
+
+async def test_requeue_dead_entries_of_the_previous_version(q: Queue, any_redis: Redis) -> None:
+    """Entries written before views existed held the body or the raw payload: they can still be requeued."""
+    raw = '{"id": "s", "method": "turnstile"}'
+    await any_redis.lpush(q.keys.dead, json.dumps({"id": "s", "reason": "r", "code": "C", "raw": raw}),
+                          json.dumps({"id": "b", "reason": "r", "code": "C", "body": body("b")}))
+    old_body, old_raw = await q.dead_letters()
+    assert old_body.legacy_body == body("b") and old_raw.legacy_raw == raw
+    assert await q.requeue_dead(old_body, ttl=100) and await q.requeue_dead(old_raw, ttl=100)
+    assert await any_redis.lrange(q.keys.pending, 0, -1) == ["b", raw]
+    assert await any_redis.hget(q.keys.task("b"), "body") == body("b")
+
+
+async def test_unreadable_dead_letter_entries_are_listed_not_fatal(q: Queue, any_redis: Redis) -> None:
+    await any_redis.lpush(q.keys.dead, b"\xff\xfe not json", "[1]")
+    letters = await q.dead_letters()
+    assert [d.reason for d in letters] == ["unreadable dead-letter entry"] * 2
+    assert await q.requeue_dead(letters[0], ttl=100) is None
 
 
 async def test_stats_counts_lists_budget_and_workers(q: Queue) -> None:
@@ -293,3 +326,110 @@ async def test_a_batch_is_one_round_trip_without_script_exists(redis: Redis) -> 
     stats = await redis.info("commandstats")
     assert "cmdstat_script|exists" not in stats and "cmdstat_script" not in stats
     assert stats["cmdstat_evalsha"]["calls"] == 3
+
+
+# -- byte-safe, per-item claiming ---------------------------------------------------------------------------
+async def test_a_batch_with_bytes_that_are_not_utf8_is_claimed_item_by_item(q: Queue, any_redis: Redis) -> None:
+    await q.push([("a", body("a"))], ttl=100)
+    await any_redis.rpush(q.keys.pending, b"\xff\xfe\x00poison", "  " + body("s"), "")
+    await q.push([("b", body("b"))], ttl=100)
+    claimed = await q.claim(10, lease_s=30)
+    assert [c.item for c in claimed] == ["a", b"\xff\xfe\x00poison", "  " + body("s"), "", "b"]
+    assert [c.body is not None for c in claimed] == [True, False, False, False, True]
+    assert [c.attempts for c in claimed] == [1, 1, 1, 1, 1], "a raw item counts as claimed once"
+    assert await any_redis.zcard(q.keys.leases) == 5
+    assert await q.renew([b"\xff\xfe\x00poison", "gone"], lease_s=30) == ["gone"]
+
+
+async def test_a_raw_item_over_the_limit_is_dead_lettered_by_the_claim_itself(redis: Redis) -> None:
+    """Real server only: fakeredis's Lua has no redis.sha1hex."""
+    q, any_redis = Queue(redis, "tq"), redis
+    huge = "[" * 5000
+    await any_redis.rpush(q.keys.pending, huge)
+    await q.push([("a", body("a"))], ttl=100)
+    big, a = await q.claim(5, lease_s=30, max_bytes=4096, dead_max=10)
+    assert big.flag is ClaimFlag.ITEM_TOO_LARGE and big.attempts == 5000 and len(big.item) == 40  # its SHA-1
+    assert a.item == "a" and a.flag is ClaimFlag.NONE
+    assert await any_redis.lrange(q.keys.processing, 0, -1) == ["a"]
+    assert await any_redis.zrange(q.keys.leases, 0, -1) == ["a"]
+    (letter,) = await q.dead_letters()
+    assert (letter.id, letter.code, letter.attempts) == (None, "TASK_TOO_LARGE", 1)
+    assert letter.reason == "payload is 5000 bytes, over the limit of 4096"
+    assert letter.view == f"(5000 bytes, sha1 {big.item})"
+
+
+async def test_the_blocking_claim_buries_an_item_over_the_limit_too(redis: Redis) -> None:
+    q = Queue(redis, "tq")
+    await redis.rpush(q.keys.pending, b"\x80" * 5000)
+    got = await q.claim_blocking(timeout_s=1, lease_s=30, max_bytes=4096, dead_max=10)
+    assert got is not None and got.flag is ClaimFlag.ITEM_TOO_LARGE
+    assert await redis.llen(q.keys.processing) == 0 and await redis.zcard(q.keys.leases) == 0
+    assert (await q.dead_letters())[0].code == "TASK_TOO_LARGE"
+
+
+async def test_a_stored_body_over_the_limit_is_not_shipped(q: Queue, any_redis: Redis) -> None:
+    await q.push([("a", json.dumps({"id": "a", "pad": "x" * 5000}))], ttl=100)
+    (c,) = await q.claim(1, lease_s=30, max_bytes=4096)
+    assert (c.item, c.body, c.attempts, c.flag) == ("a", None, 1, ClaimFlag.BODY_TOO_LARGE)
+
+
+@pytest.mark.parametrize("item", ["abc\n", "a" * 129, "a b", "ünï", "{}", "-", "a" * 128, "A.b:c_d-1"])
+async def test_lua_and_python_agree_on_what_is_a_task_id(q: Queue, any_redis: Redis, item: str) -> None:
+    from captcha_worker.queue import is_raw_item
+
+    await any_redis.rpush(q.keys.pending, item)
+    (c,) = await q.claim(1, lease_s=30)
+    lua_says_raw = c.attempts == 1 and not await any_redis.exists(q.keys.task(item))
+    assert lua_says_raw == is_raw_item(item)
+
+
+# -- idempotent submit and lookups --------------------------------------------------------------------------
+async def test_a_second_push_of_a_known_id_is_a_no_op(q: Queue, any_redis: Redis) -> None:
+    assert await q.push([("a", body("a")), ("b", body("b"))], ttl=100) == 2
+    assert await q.push([("a", body("a")), ("c", body("c"))], ttl=100) == 1
+    assert await any_redis.lrange(q.keys.pending, 0, -1) == ["a", "b", "c"]
+    (a,) = await q.claim(1, lease_s=30)
+    await q.ack(a.item, Result("a", Status.SOLVED, solution="t"), result_ttl=60)
+    assert await q.push([("a", body("a"))], ttl=100, front=True) == 0, "finished: the tombstone remembers it"
+    await any_redis.delete(q.keys.result("a"), q.keys.task("a"))
+    assert await q.push([("a", body("a"))], ttl=100) == 1, "forgotten entirely: a new task"
+
+
+async def test_lookup_tells_queued_finished_and_unknown_apart(q: Queue, any_redis: Redis) -> None:
+    await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
+    (a,) = await q.claim(1, lease_s=30)
+    await q.ack(a.item, Result("a", Status.SOLVED, solution="t"), result_ttl=60)
+    found = await q.lookup(["a", "b", "nope"])
+    assert Result.from_json(found[0]).solution == "t"
+    assert found[1:] == [Lookup.QUEUED, Lookup.UNKNOWN]
+    await any_redis.delete(q.keys.result("a"))  # RESULT_TTL_SECONDS passed
+    assert await q.lookup(["a"]) == [Lookup.FINISHED]
+
+
+async def test_a_repeated_raw_push_of_a_known_id_is_dropped_on_adoption(q: Queue, any_redis: Redis) -> None:
+    await q.push([("s", body("s"))], ttl=100)
+    raw = body("s")
+    await any_redis.rpush(q.keys.pending, raw)
+    await q.claim(2, lease_s=30)
+    assert await q.adopt(raw, "s", body("s"), ttl=100, lease_s=30) == 0
+    assert await any_redis.lrange(q.keys.processing, 0, -1) == ["s"], "only the original stays"
+
+
+async def test_an_invalid_raw_payload_never_pre_empts_the_result_of_a_real_task(q: Queue, any_redis: Redis) -> None:
+    await q.push([("s", body("s"))], ttl=100)
+    raw = json.dumps({"id": "s", "method": "nope"})
+    await any_redis.rpush(q.keys.pending, raw)
+    await q.claim(2, lease_s=30)
+    entry = dead_entry(reason="unknown method", code="UNKNOWN_METHOD", task_id="s", view=None, attempts=1)
+    assert await q.bury(raw, entry, result=Result("s", Status.ERROR, code="UNKNOWN_METHOD"), reply_to=None,
+                        dead_max=10, result_ttl=60, reply_ttl=60, raw=True) == (True, False)
+    assert not await any_redis.exists(q.keys.result("s"))
+    assert await any_redis.hget(q.keys.task("s"), "state") is None, "the real task goes on"
+
+
+async def test_seed_results_hash_is_bounded_by_a_ttl(q: Queue, any_redis: Redis) -> None:
+    from captcha_worker.queue import SEED_RESULTS_HASH
+
+    await q.write_seed_result("a1", '{"status":"success"}', ttl=60)
+    assert await any_redis.hget(SEED_RESULTS_HASH, "a1") == '{"status":"success"}'
+    assert 0 < await any_redis.ttl(SEED_RESULTS_HASH) <= 60

@@ -9,7 +9,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from captcha_worker import methods
-from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task
+from captcha_worker.log import Redactor
+from captcha_worker.task import (
+    VIEW_MAX,
+    Invalid,
+    Result,
+    Status,
+    Task,
+    Timings,
+    nesting_depth,
+    parse_task,
+    payload_view,
+)
 
 MAX = 10_000
 
@@ -123,3 +134,51 @@ def test_any_json_object_validates_without_raising(data: dict[str, object]) -> N
 @given(st.binary(max_size=200))
 def test_any_bytes_validate_without_raising(raw: bytes) -> None:
     assert isinstance(parse_task(raw, max_bytes=MAX), Task | Invalid)
+
+
+# -- hostile payloads: limits before parsing, a decode that cannot raise ------------------------------------
+@pytest.mark.parametrize(("raw", "fragment"), [
+    (b"\xff\xfe{}", "not valid UTF-8 (byte 0xff at offset 0)"),
+    (b'{"id": "a\xc3"}', "not valid UTF-8"),
+    ("[" * 100_000, "nests deeper than 32 levels"),
+    ('{"a": ' * 33 + "1" + "}" * 33, "nests deeper than 32 levels"),
+    ("", "not valid JSON"),
+    ("\x00", "not valid JSON"),
+])
+def test_hostile_payloads_are_invalid_json_with_a_reason(raw: bytes | str, fragment: str) -> None:
+    result = parse_task(raw, max_bytes=1_000_000)
+    assert isinstance(result, Invalid) and result.code == "INVALID_JSON" and fragment in result.reason
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    deep_looking = payload(params={"sitekey": "[" * 100, "pageurl": '{"[[[[\\"' * 20})
+    assert isinstance(parse_task(deep_looking, max_bytes=MAX), Task)
+    assert nesting_depth('["]]]]", [[1]]]') == 3
+
+
+def test_json_with_leading_whitespace_is_a_task() -> None:
+    assert isinstance(parse_task(" \t\n" + payload(), max_bytes=MAX), Task)
+
+
+def test_user_supplied_names_in_reasons_are_bounded() -> None:
+    result = parse_task(payload(method="m" * 10_000), max_bytes=100_000)
+    assert isinstance(result, Invalid) and result.code == "UNKNOWN_METHOD" and len(result.reason) < 400
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
+def test_any_bytes_give_a_bounded_view_without_raising(raw: bytes) -> None:
+    view = payload_view(raw, Redactor(), max_bytes=MAX)
+    assert len(view) <= VIEW_MAX
+
+
+def test_views_mask_secret_params_and_credentials() -> None:
+    raw = payload(params={"sitekey": "s", "pageurl": "https://bob:pw1234@example.com/x",
+                          "proxy": "u:s3cr3tpw@1.2.3.4:80", "cookies": "session=abcdef123", "body": "A" * 5000})
+    view = payload_view(raw, Redactor(["sekrit-api-key"]), max_bytes=MAX)
+    for secret in ("pw1234", "s3cr3tpw", "abcdef123"):
+        assert secret not in view
+    assert "***@1.2.3.4:80" in view and "(5000 characters)" in view
+    garbage = b"\xff proxy=u:s3cr3tpw@10.0.0.1 sekrit-api-key " + b"x" * 10_000
+    view = payload_view(garbage, Redactor(["sekrit-api-key"]), max_bytes=MAX)
+    assert "s3cr3tpw" not in view and "sekrit-api-key" not in view and view.endswith(f"({len(garbage)} bytes)")

@@ -93,12 +93,12 @@ async def test_malformed_payloads_are_dead_lettered_and_the_worker_keeps_going(
         assert isinstance(await producer.result(good, timeout=30), Solved)
         missing = await producer.result("m1", timeout=5)
     assert isinstance(missing, Failed) and missing.code == "ERROR_PAGEURL"
-    letters = {d.id: d for d in await producer.queue.dead_letters()}
-    assert letters[None].code == "INVALID_JSON"
+    letters = {d.id or d.code: d for d in await producer.queue.dead_letters()}
+    assert letters["INVALID_JSON"].reason == "payload is not valid JSON"
     assert letters["u1"].code == "UNKNOWN_METHOD"
     assert "flat map" in letters["n1"].reason
     assert letters["h1"].reason == "hCaptcha is not solved by CaptchaAI"
-    assert letters["big"].code == "TASK_TOO_LARGE"
+    assert letters["TASK_TOO_LARGE"].reason == f"payload is {len(big)} bytes, over the limit of 2048"
     assert await redis.llen(keys.processing) == 0 and await redis.llen(keys.pending) == 0
     assert sim.stats().submitted == 1, "malformed tasks must never reach the API"
 
@@ -124,7 +124,9 @@ async def test_seed_guide_task_is_accepted_and_compat_hash_written(redis: Redis,
                 break
             await asyncio.sleep(0.05)
     result = json.loads(await redis.hget(SEED_RESULTS_HASH, "a1b2c3d4"))
-    assert result["status"] == "solved" and result["solution"]
+    assert result["status"] == "success" and result["token"] and result["error"] is None
+    assert result["duration"] > 0 and result["worker"]
+    assert 0 < await redis.ttl(SEED_RESULTS_HASH) <= 3600, "the seed hash is bounded"
     assert json.loads(await redis.get("{captcha}:result:a1b2c3d4"))["id"] == "a1b2c3d4"
 
 
@@ -188,7 +190,7 @@ async def test_transient_failures_exhaust_attempts_into_the_dead_letter_list(
     assert isinstance(outcome, Failed) and outcome.code == "MAX_ATTEMPTS_EXCEEDED"
     assert "HTTP_5XX" in outcome.text and outcome.attempts == 2
     (letter,) = await producer.queue.dead_letters()
-    assert letter.id == outcome.id and letter.body is not None
+    assert letter.id == outcome.id and letter.view is not None and '"turnstile"' in letter.view
 
 
 async def test_readiness_reflects_redis_outage(redis_server: Any) -> None:
@@ -201,7 +203,7 @@ async def test_readiness_reflects_redis_outage(redis_server: Any) -> None:
                 if not w.redis_ok:
                     break
                 await asyncio.sleep(0.05)
-            assert w.readiness() == (False, "redis unavailable")
+            assert w.readiness() == (False, "redis unavailable: connection")
         finally:
             redis_server.start()
         for _ in range(200):
@@ -223,3 +225,47 @@ async def test_redis_client_honours_task_cancellation(redis: Redis) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 2)
+
+
+async def test_poison_in_one_batch_is_settled_at_first_claim_and_never_delays_the_rest(
+        redis: Redis, redis_server: Any, producer: CaptchaQueue) -> None:
+    """In process, for quick feedback; tests/chaos/test_poison.py runs the same with processes at scale."""
+    keys = Keys("captcha")
+    poison = [b"\xff\xfe\x00", "[" * 100_000, "x" * 5000, " " * 3 + "{not json", "not an id at all", ""]
+    spaced = "  " + json.dumps({"id": "spaced1", "method": "turnstile", "params": TURNSTILE})
+    await redis.rpush(keys.pending, *poison, spaced)
+    ids = await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(5)])
+    async with simulator() as sim, worker(redis_server.url, sim, MAX_TASK_BYTES="4096") as w:
+        outcomes = [o async for o in producer.as_completed([*ids, "spaced1"], timeout=30)]
+        assert w.redis_ok
+    assert all(isinstance(o, Solved) for o in outcomes), outcomes
+    letters = await producer.queue.dead_letters(0, 100)
+    assert len(letters) == len(poison) and all(d.attempts == 1 for d in letters), "each once, on its first claim"
+    assert {d.code for d in letters} == {"INVALID_JSON", "TASK_TOO_LARGE"}
+    assert await redis.llen(keys.processing) == 0 and await redis.llen(keys.pending) == 0
+    assert not [k for k in await redis.keys("*") if "{not json" in k or "not an id" in k]
+
+
+async def test_a_compat_list_outside_the_hash_slot_is_logged_once_and_dropped(
+        redis_server: Any, producer: CaptchaQueue, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """On Redis Cluster the claim script touching COMPAT_QUEUE_LIST fails with CROSSSLOT (a single redis-server
+    cannot say it, so the reply is planted): one error line, then the queue is served without the list."""
+    from redis import exceptions as rexc
+
+    from captcha_worker.queue import Queue
+
+    real_claim = Queue.claim
+
+    async def claim(self: Queue, n: int, **kw: Any) -> Any:
+        if kw.get("compat_list"):
+            raise rexc.ClusterCrossSlotError("Keys in request don't hash to the same slot")
+        return await real_claim(self, n, **kw)
+
+    monkeypatch.setattr(Queue, "claim", claim)
+    async with simulator() as sim, worker(redis_server.url, sim, COMPAT_QUEUE_LIST="captcha:queue") as w:
+        outcome = await producer.solve("turnstile", TURNSTILE, timeout=30)
+        assert w.compat_list is None and w.redis_ok
+    assert isinstance(outcome, Solved)
+    lines = [r for r in caplog.records if r.getMessage() == "compat_queue_unusable"]
+    assert len(lines) == 1 and "CROSSSLOT" in lines[0].fields["reason"]  # type: ignore[attr-defined]

@@ -7,13 +7,21 @@ FATAL          ERROR_WRONG_USER_KEY, ERROR_KEY_DOES_NOT_EXIST,      stop claimin
                IP_BANNED                                            queued
 CAPACITY       ERROR_ZERO_BALANCE, ERROR_NO_SLOT_AVAILABLE,         back off with jitter and retry the same
                ERROR_TOO_MUCH_REQUESTS, HTTP 429                    task; never fail it for that
-TRANSIENT      HTTP 5xx, HTML / non-JSON bodies, ERROR_SERVER_ERROR, retried here with exponential backoff and
-               timeouts, connection resets, proxy connection fails  jitter, bounded; then TransientError
+TRANSIENT      HTTP 5xx, HTML / non-JSON bodies, ERROR_SERVER_ERROR, retried here (see below), bounded; then
+               timeouts, connection resets, proxy connection fails  TransientError
 TASK           ERROR_CAPTCHA_UNSOLVABLE, ERROR_BAD_PARAMETERS,      the task's result is an error with the code
                image and proxy errors, any other ERROR_*            (UNSOLVABLE is resubmitted a few times)
 =============  ===================================================  =========================================
 
 Which code is in which class, and its user-facing text, is the table in :mod:`captcha_worker.codes`.
+
+Retries under faults (docs/benchmarks.md, P6, measures them): a transient in.php failure is retried after 0.25-0.5 s,
+then with the delay doubling (jittered) up to 4 s, 6 tries in all, so a 5xx burst costs a fraction of a second
+and a longer outage a few seconds per slot before the task goes back to the queue.  A failed poll (res.php get)
+is not retried on its own schedule: the next poll simply comes sooner (after the same short delay), and only
+``transient_attempts`` failed polls *in a row* end the solve.  Polls have their own, shorter timeout
+(``HTTP_POLL_TIMEOUT_SECONDS``, 5 s): a poll is cheap and idempotent, so a stuck one is abandoned early, while
+in.php, which creates a solve, keeps the full ``HTTP_TIMEOUT_SECONDS``.
 
 The key travels in POST bodies only (never in a URL), and no exception message, log line or metric label
 carries the key, the task's params (proxy credentials, cookies) or an answer.
@@ -236,11 +244,19 @@ class SolveStats:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    transient_attempts: int = 5  # per request
-    transient_initial_s: float = 1.0
-    transient_max_s: float = 16.0
+    transient_attempts: int = 6  # per request; for polls: failed polls in a row
+    transient_initial_s: float = 0.25
+    transient_max_s: float = 4.0
     capacity_initial_s: float = 2.0
     capacity_max_s: float = 30.0
+
+    @classmethod
+    def scaled(cls, scale: float) -> RetryPolicy:
+        """The default delays divided by `scale` (API_TIME_SCALE, paired with the simulator's --speed)."""
+        d = cls()
+        return cls(transient_attempts=d.transient_attempts, transient_initial_s=d.transient_initial_s / scale,
+                   transient_max_s=d.transient_max_s / scale, capacity_initial_s=d.capacity_initial_s / scale,
+                   capacity_max_s=d.capacity_max_s / scale)
 
 
 Sleep = Callable[[float], Any]
@@ -250,13 +266,14 @@ class CaptchaAI:
     """One aiohttp session for every call of a process. Use as ``async with CaptchaAI(...) as api``."""
 
     def __init__(self, key: Secret, base_url: str = "https://ocr.captchaai.com", *,
-                 http_timeout_s: float = 30.0, retry: RetryPolicy | None = None,
+                 http_timeout_s: float = 30.0, poll_timeout_s: float = 5.0, retry: RetryPolicy | None = None,
                  poll_scale: float = 1.0, max_connections: int = 100) -> None:
         self._key = key
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.poll_scale = poll_scale
         self._timeout = aiohttp.ClientTimeout(total=http_timeout_s)
+        self._poll_timeout = aiohttp.ClientTimeout(total=min(poll_timeout_s, http_timeout_s))
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._latency: dict[str, LatencyModel] = {}
@@ -286,9 +303,11 @@ class CaptchaAI:
             raise RuntimeError("CaptchaAI client used outside 'async with'")
         started = time.monotonic()
         code = "OK"
+        timeout = self._poll_timeout if endpoint == "res_get" else self._timeout
         try:
             headers = _FORM_HEADERS if isinstance(form, bytes) else None
-            async with self._session.post(f"{self.base_url}/{path}", data=form, headers=headers) as resp:
+            async with self._session.post(f"{self.base_url}/{path}", data=form, headers=headers,
+                                          timeout=timeout) as resp:
                 body = await resp.read()
                 reply = parse_reply(resp.status, body, endpoint)
                 code = "CAPCHA_NOT_READY" if reply.extra.get("not_ready") else "OK"
@@ -307,9 +326,11 @@ class CaptchaAI:
             metrics.API_REQUESTS.labels(endpoint, metrics.code_label(code)).inc()
             metrics.API_LATENCY.labels(endpoint).observe(time.monotonic() - started)
 
-    async def _call(self, path: str, endpoint: str, fields: Mapping[str, str],
-                    file: tuple[str, bytes] | None = None, stats: SolveStats | None = None) -> Reply:
-        """One logical request: transient failures retried with exponential backoff + jitter, bounded.
+    async def _call(self, path: str, endpoint: str, fields: Mapping[str, str], *,
+                    file: tuple[str, bytes] | None = None, stats: SolveStats | None = None,
+                    retry: bool = True) -> Reply:
+        """One logical request: transient failures retried with exponential backoff + jitter, bounded
+        (`retry=False`: one try, the caller decides).
 
         The first try goes out directly; tenacity's machinery is built only once a try has failed.
         """
@@ -317,7 +338,7 @@ class CaptchaAI:
         try:
             return await self._attempt(path, endpoint, fields, file, stats)
         except TransientError:
-            if r.transient_attempts <= 1:
+            if r.transient_attempts <= 1 or not retry:
                 raise
         metrics.RETRIES.labels("transient").inc()
         await asyncio.sleep(r.transient_initial_s * (1 + random.random()))
@@ -361,12 +382,13 @@ class CaptchaAI:
         if method == "post":
             raw = fields.pop("file")
             file = ("captcha.png", _b64decode(raw))
-        reply = await self._call("in.php", "in", fields, file, stats)
+        reply = await self._call("in.php", "in", fields, file=file, stats=stats)
         return reply.request
 
-    async def get(self, captcha_id: str, stats: SolveStats | None = None) -> Answer | None:
+    async def get(self, captcha_id: str, stats: SolveStats | None = None, *, retry: bool = True) -> Answer | None:
         """res.php?action=get: the answer, or None while it is not ready."""
-        reply = await self._call("res.php", "res_get", {"action": "get", "id": captcha_id}, stats=stats)
+        reply = await self._call("res.php", "res_get", {"action": "get", "id": captcha_id}, stats=stats,
+                                 retry=retry)
         if reply.extra.get("not_ready"):
             return None
         result, ua = reply.extra.get("result"), reply.extra.get("user_agent")
@@ -436,9 +458,12 @@ class CaptchaAI:
         schedule = PollSchedule(model.mean, model.stddev, self.poll_scale)
         submitted = time.monotonic()
         previous: float | None = None  # when the last unanswered poll was made, after the submission
-        n = 0
+        n = failed = 0
+        blurred = False  # a poll failed since the last "not ready": when the answer became ready is unknown
         while True:
             wait = schedule.delay(n, time.monotonic() - submitted)
+            if failed:  # the answer may be ready: look again soon rather than at the next scheduled poll
+                wait = min(wait, self.retry.transient_initial_s * (1 + random.random()))
             if time.time() + wait >= deadline:
                 remaining = deadline - time.time()
                 if remaining <= 0:
@@ -446,11 +471,22 @@ class CaptchaAI:
                 wait = remaining  # one last look at the deadline
             await sleep(wait)
             stats.polls += 1
-            answer = await self.get(captcha_id, stats)
+            try:
+                answer = await self.get(captcha_id, stats, retry=False)
+            except TransientError:
+                failed += 1
+                blurred = True
+                if failed >= self.retry.transient_attempts:
+                    raise
+                metrics.RETRIES.labels("transient").inc()
+                continue
+            failed = 0
             elapsed = time.monotonic() - submitted
             if answer is not None:
-                model.observe_found(elapsed, previous)
+                if not blurred:  # a failed (maybe slow) poll in the gap would teach a solve time it never took
+                    model.observe_found(elapsed, previous)
                 return answer
+            blurred = False
             if time.time() >= deadline:
                 raise SolveTimeout("solve time limit reached")
             previous = elapsed

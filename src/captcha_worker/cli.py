@@ -16,10 +16,16 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
-from redis import exceptions as rexc
-
 from captcha_worker import __version__, log
-from captcha_worker.config import DEFAULT_API_URL, ConfigError, RedisConfig, WorkerConfig, queue_name, redact_url
+from captcha_worker.config import (
+    DEFAULT_API_URL,
+    ConfigError,
+    ProducerConfig,
+    RedisConfig,
+    WorkerConfig,
+    queue_name,
+    redact_url,
+)
 from captcha_worker.task import Timings
 
 EXIT_OK, EXIT_FAIL, EXIT_CONFIG = 0, 1, 2
@@ -46,29 +52,43 @@ def _stop_on_signals(stop: asyncio.Event, hard: asyncio.Event) -> None:
         loop.add_signal_handler(sig, handler)
 
 
-def _redis_url(ns: argparse.Namespace) -> str:
-    return str(ns.redis_url or os.environ.get("REDIS_URL") or "redis://localhost:6379/0")
+def producer_config(ns: argparse.Namespace) -> ProducerConfig:
+    """The Redis settings `run` reads (REDIS_URL, REDIS_USERNAME, REDIS_PASSWORD, REDIS_TLS_CA_FILE,
+    REDIS_TLS_INSECURE, timeouts, QUEUE_NAME, ...), with --redis-url and --queue on top."""
+    env = dict(os.environ)
+    if ns.redis_url:
+        env["REDIS_URL"] = ns.redis_url
+    if ns.queue:
+        env["QUEUE_NAME"] = ns.queue
+    try:
+        return ProducerConfig.from_env(env)
+    except ConfigError as exc:
+        raise UsageError(f"configuration error: {exc}") from None
 
 
 @asynccontextmanager
 async def _producer(ns: argparse.Namespace) -> AsyncIterator[Any]:
     from captcha_worker.client import CaptchaQueue
 
-    try:
-        queue = queue_name({"QUEUE_NAME": ns.queue or os.environ.get("QUEUE_NAME", "captcha")})
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
-    q = CaptchaQueue.from_url(_redis_url(ns), password=os.environ.get("REDIS_PASSWORD") or None, queue=queue)
+    pc = producer_config(ns)
+    q = CaptchaQueue.from_config(pc.redis, queue=pc.queue, task_ttl=pc.task_ttl_seconds,
+                                 max_task_bytes=pc.max_task_bytes)
     async with q:
         yield q
 
 
 def outcome_json(outcome: Any) -> dict[str, Any]:
     """One result as a JSON-able dict (the CLI's output format)."""
-    from captcha_worker.client import Expired, Failed, Solved, TimedOut
+    from captcha_worker.client import Expired, Failed, ResultExpired, Solved, TimedOut, UnknownTask
 
     if isinstance(outcome, TimedOut):
         return {"id": outcome.id, "status": "timed_out", "waited_s": round(outcome.waited_s, 3)}
+    if isinstance(outcome, ResultExpired):
+        return {"id": outcome.id, "status": "result_expired",
+                "text": "the task finished, but its result is no longer kept (RESULT_TTL_SECONDS)"}
+    if isinstance(outcome, UnknownTask):
+        return {"id": outcome.id, "status": "unknown", "waited_s": round(outcome.waited_s, 3),
+                "text": "this queue has no record of the id"}
     data: dict[str, Any] = {"id": outcome.id}
     if isinstance(outcome, Solved):
         data.update(status="solved", kind=outcome.kind, solution=outcome.solution, api_calls=outcome.api_calls)
@@ -201,17 +221,20 @@ async def _checks(rc: RedisConfig, queue: str, key: str, api_url: str,
                   threads: int | None) -> list[tuple[str, bool, str]]:
     from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy
     from captcha_worker.config import Secret
+    from captcha_worker.connection import connect, describe_refusal, refusal, tls_hint
     from captcha_worker.queue import Queue
-    from captcha_worker.worker import connect_redis
 
     out: list[tuple[str, bool, str]] = []
-    redis = connect_redis(rc)
+    redis = connect(rc, client_name="captcha-worker-check")
     try:
         stats = await asyncio.wait_for(Queue(redis, queue).stats(), 10)
         out.append(("redis", True, f"{rc.display_url()} queue {queue!r}: {stats.pending} pending, "
                                    f"{stats.processing} processing, {stats.dead} dead"))
-    except (rexc.RedisError, OSError, TimeoutError) as exc:
-        out.append(("redis", False, f"{rc.display_url()} unreachable ({type(exc).__name__})"))
+    except Exception as exc:
+        why = refusal(exc)
+        detail = describe_refusal(why) if why else f"failing ({type(exc).__name__})"
+        hint = tls_hint(exc)
+        out.append(("redis", False, f"{rc.display_url()} is {detail}" + (f" ({hint})" if hint else "")))
     finally:
         await redis.aclose()
     async with CaptchaAI(Secret(key), api_url, http_timeout_s=10, retry=RetryPolicy(transient_attempts=2,
@@ -267,7 +290,7 @@ def cmd_submit(ns: argparse.Namespace) -> int:
         tasks = _read_jsonl(ns.file)
     else:
         tasks = [{"method": ns.method, "params": _parse_params(ns.param), "deadline": ns.deadline,
-                  "priority": ns.priority}]
+                  "priority": ns.priority, "id": ns.id}]
     return asyncio.run(_submit(ns, tasks))
 
 
@@ -352,26 +375,49 @@ async def _dead_letters(ns: argparse.Namespace) -> int:
         if ns.action == "purge":
             if not ns.yes:
                 raise UsageError("purge deletes every dead letter: add --yes")
-            print(json.dumps({"purged": await q.queue.purge_dead()}) if ns.json else
-                  f"purged {await q.queue.purge_dead()} dead letters")
+            purged = await q._guarded(q.queue.purge_dead())
+            print(json.dumps({"purged": purged}) if ns.json else f"purged {purged} dead letters")
             return EXIT_OK
-        letters = await q.queue.dead_letters(0, ns.limit if ns.action == "list" else 1_000_000)
+        letters = await q._guarded(q.queue.dead_letters(0, ns.limit if ns.action == "list" else 1_000_000))
         if ns.action == "list":
             for d in letters:
-                row = {"id": d.id, "code": d.code, "reason": d.reason, "attempts": d.attempts, "at": d.at}
-                print(json.dumps(row) if ns.json else
-                      f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(d.at))}  {d.id or '-':<34} {d.code:<22} "
-                      f"{d.reason}")
+                _print_dead_letter(d, as_json=ns.json, max_bytes=q.max_task_bytes)
             return EXIT_OK
-        wanted = set(ns.ids)
-        if not wanted and not ns.all:
-            raise UsageError("requeue needs task ids or --all")
-        chosen = [d for d in letters if ns.all or d.id in wanted]
-        done = 0
-        for d in chosen:
-            done += await q.queue.requeue_dead(d, ttl=q.task_ttl)
-        print(json.dumps({"requeued": done}) if ns.json else f"requeued {done} dead letters")
-        return EXIT_OK if done == len(chosen) and (ns.all or done == len(wanted)) else EXIT_FAIL
+        return await _requeue(q, ns, letters)
+
+
+def _print_dead_letter(d: Any, *, as_json: bool, max_bytes: int) -> None:
+    """One dead letter; the payload only as its redacted view (entries of older versions are redacted here)."""
+    from captcha_worker.task import payload_view
+
+    view = d.view
+    if view is None and (d.legacy_body or d.legacy_raw):
+        view = payload_view(d.legacy_body or d.legacy_raw, log.redact, max_bytes=max_bytes)
+    if as_json:
+        print(json.dumps({"id": d.id, "code": d.code, "reason": d.reason, "attempts": d.attempts, "at": d.at,
+                          "payload": view}))
+    else:
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(d.at))}  {d.id or '-':<34} {d.code:<22} {d.reason}")
+
+
+async def _requeue(q: Any, ns: argparse.Namespace, letters: list[Any]) -> int:
+    wanted = set(ns.ids)
+    if not wanted and not ns.all:
+        raise UsageError("requeue needs task ids or --all")
+    chosen = [d for d in letters if ns.all or d.id in wanted]
+    done, gone = 0, []
+    for d in chosen:
+        ok = await q._guarded(q.queue.requeue_dead(d, ttl=q.task_ttl))
+        if ok is None:
+            gone.append(d.id or "-")
+        done += bool(ok)
+    if ns.json:
+        print(json.dumps({"requeued": done, "not_requeueable": gone}))
+    else:
+        print(f"requeued {done} dead letters")
+        if gone:
+            print(f"not requeueable (task body expired, or the payload was never a task): {', '.join(gone)}")
+    return EXIT_OK if done == len(chosen) and (ns.all or done == len(wanted)) else EXIT_FAIL
 
 
 def cmd_plan(ns: argparse.Namespace) -> int:
@@ -409,8 +455,9 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
 # -- parser -------------------------------------------------------------------------------------------------
 def _add_producer_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--redis-url", help="Redis URL (default: $REDIS_URL or redis://localhost:6379/0); "
-                                       "password from $REDIS_PASSWORD")
+    p.add_argument("--redis-url", help="Redis URL (default: $REDIS_URL or redis://localhost:6379/0); the other "
+                                       "Redis settings as for `run`: $REDIS_USERNAME, $REDIS_PASSWORD, "
+                                       "$REDIS_TLS_CA_FILE, $REDIS_TLS_INSECURE")
     p.add_argument("--queue", help="queue name (default: $QUEUE_NAME or 'captcha')")
 
 
@@ -460,6 +507,7 @@ def _add_producer_commands(sub: Subparsers) -> None:
     p.add_argument("-f", "--file", help="JSON-lines file of tasks ('-' = stdin)")
     p.add_argument("--deadline", type=float, help="seconds from now after which the task is answered 'expired'")
     p.add_argument("--priority", action="store_true", help="put the task at the head of the queue")
+    p.add_argument("--id", help="your own task id: submitting a known id again is a no-op (safe retries)")
     p.add_argument("--wait", action="store_true", help="wait and print results as JSON lines")
     p.add_argument("--timeout", type=float, default=300.0, help="with --wait: seconds to wait (default 300)")
     _add_producer_args(p)

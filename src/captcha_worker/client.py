@@ -2,7 +2,7 @@
 
 ::
 
-    async with CaptchaQueue.from_url("redis://localhost:6379/0") as q:
+    async with CaptchaQueue.from_env() as q:  # REDIS_URL, REDIS_USERNAME, REDIS_PASSWORD, REDIS_TLS_*, QUEUE_NAME
         outcome = await q.solve("turnstile", sitekey="0x4AAA...", pageurl="https://example.com/login")
         if isinstance(outcome, Solved):
             use(outcome.solution)
@@ -12,12 +12,19 @@ on its own connection and resolves the futures of every waiting ``result()`` cal
 A result whose notification was missed (the reply list expired) is still read from its result key
 (``{q}:result:<id>``, kept for ``RESULT_TTL_SECONDS``).  Tasks submitted by *another* process (``captcha-worker
 wait``, a restarted producer) notify that process; for those the waiter reads the result keys of all such tasks
-in one MGET twice a second.
+in one LOOKUP twice a second.
+
+Submitting is idempotent per task id: a second push of a known id is a no-op, so a push whose reply was lost
+(a timeout while Redis stalled) is retried here without ever queueing the task twice, and a caller that retries
+with the same ``id=`` is safe too.  Redis outages surface as :class:`QueueUnavailable` (which says why: unreachable,
+out of memory, read-only, ...); ``result()`` tells a result that expired (:class:`ResultExpired`) from an id the
+queue never had (:class:`UnknownTask`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import os
 import random
@@ -30,21 +37,33 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from redis import exceptions as rexc
 from redis.asyncio import Redis
 
-from captcha_worker.config import DEFAULT_QUEUE, redact_url
-from captcha_worker.queue import Keys, Queue, as_awaitable
+from captcha_worker.config import (
+    DEFAULT_MAX_TASK_BYTES,
+    DEFAULT_QUEUE,
+    DEFAULT_TASK_TTL,
+    ProducerConfig,
+    RedisConfig,
+    Secret,
+)
+from captcha_worker.connection import RedisUnavailable, Refusal, connect, refusal, tls_hint
+from captcha_worker.queue import Keys, Lookup, Queue, Text, as_awaitable
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_task
 
 T = TypeVar("T")
-DEFAULT_TASK_TTL = 86400
-DEFAULT_MAX_TASK_BYTES = 1_048_576
 _ARRIVED_MAX = 10_000
+SUBMIT_RETRY_S = 30.0  # how long a submit keeps retrying a push Redis did not answer (idempotent, so safe)
 
 
-class QueueUnavailable(ConnectionError):
-    """Redis cannot be reached. The message names the (redacted) URL and what failed."""
+class QueueUnavailable(RedisUnavailable):
+    """Redis cannot serve (``refusal`` says why: unreachable, out of memory, read-only, ...). The message names
+    the (redacted) URL and what failed. ``task_ids``: the ids a failed submit was for; submitting them again with
+    ``id=`` is safe (a known id is a no-op)."""
+
+    def __init__(self, why: Refusal, display_url: str, doing: str = "", task_ids: Iterable[str] = ()) -> None:
+        super().__init__(why, display_url, doing)
+        self.task_ids = list(task_ids)
 
 
 class InvalidTask(ValueError):
@@ -118,7 +137,24 @@ class TimedOut:
     waited_s: float
 
 
-Outcome = Solved | Failed | Expired | TimedOut
+@dataclass(frozen=True)
+class ResultExpired:
+    """The task finished, but its result is no longer kept (``RESULT_TTL_SECONDS``): submit it again."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class UnknownTask:
+    """After the wait, the queue still has no record of this id: never submitted here (another queue? a typo?),
+    or finished so long ago (``TASK_TTL_SECONDS``) that even its record expired. (An id is waited for even when
+    unknown at first: a raw JSON task pushed onto the list becomes known only when a worker claims it.)"""
+
+    id: str
+    waited_s: float
+
+
+Outcome = Solved | Failed | Expired | TimedOut | ResultExpired | UnknownTask
 
 
 def outcome_of(result: Result) -> Solved | Failed | Expired:
@@ -139,6 +175,7 @@ class TaskSpec:
     params: Mapping[str, Any]
     deadline: float | dt.datetime | None = None
     priority: bool = False
+    id: str | None = None  # your own task id (see CaptchaQueue.submit); None: a new one
 
 
 def _deadline(value: float | dt.datetime | None, now: float) -> float | None:
@@ -164,8 +201,16 @@ def new_producer_id() -> str:
     return f"p-{secrets.token_hex(8)}"
 
 
-def _safe_redis_error(exc: Exception, url: str) -> QueueUnavailable:
-    return QueueUnavailable(f"Redis at {url} is unreachable ({type(exc).__name__})")
+def _stored_outcome(task_id: str, value: Text | Lookup) -> Outcome | None:
+    """What a LOOKUP value means for a waiter: an outcome, or None to keep waiting (queued, or not known yet)."""
+    if value is Lookup.QUEUED or value is Lookup.UNKNOWN:
+        return None
+    if value is Lookup.FINISHED:
+        return ResultExpired(task_id)
+    try:
+        return outcome_of(Result.from_json(value))
+    except (ValueError, KeyError, TypeError):
+        return Failed(task_id, 0, Timings(), code="INVALID_RESULT", text="the stored result could not be read")
 
 
 class CaptchaQueue:
@@ -173,41 +218,56 @@ class CaptchaQueue:
 
     def __init__(self, redis: Redis, *, queue: str = DEFAULT_QUEUE, producer_id: str | None = None,
                  task_ttl: int = DEFAULT_TASK_TTL, max_task_bytes: int = DEFAULT_MAX_TASK_BYTES,
-                 owns_redis: bool = False, display_url: str = "redis") -> None:
+                 owns_redis: bool = False, display_url: str = "redis", submit_retry_s: float = SUBMIT_RETRY_S) -> None:
         self.redis = redis
         self.queue = Queue(redis, queue)
         self.producer_id = producer_id or new_producer_id()
         self.task_ttl = task_ttl
         self.max_task_bytes = max_task_bytes
+        self.submit_retry_s = submit_retry_s
         self._owns_redis = owns_redis
         self._url = display_url
-        self._waiters: dict[str, list[asyncio.Future[Result]]] = {}
+        self._waiters: dict[str, list[asyncio.Future[Outcome]]] = {}
         self._arrived: OrderedDict[str, Result] = OrderedDict()
         self._listener: asyncio.Task[None] | None = None
-        self._lookups: dict[str, list[asyncio.Future[str | None]]] = {}
+        self._lookups: dict[str, list[asyncio.Future[Text | Lookup]]] = {}
         self._lookup_task: asyncio.Task[None] | None = None
         self._own: set[str] = set()  # submitted here, result not yet notified
         self._foreign_task: asyncio.Task[None] | None = None
+        self._closing = False
 
     @classmethod
-    def from_url(cls, url: str, *, password: str | None = None, producer_id: str | None = None,
-                 **kwargs: Any) -> CaptchaQueue:
-        """Connects lazily; `async with` checks the connection. Connections are named
+    def from_config(cls, rc: RedisConfig, *, producer_id: str | None = None, **kwargs: Any) -> CaptchaQueue:
+        """A producer on the package's one connection factory (TLS, CA, ACL user, password, timeouts).
+        Connects lazily; `async with` checks the connection. Connections are named
         ``captcha-producer-<producer id>`` (visible in CLIENT LIST)."""
         producer_id = producer_id or new_producer_id()
-        redis = Redis.from_url(url, decode_responses=True, password=password, socket_connect_timeout=5,
-                               client_name=f"captcha-producer-{producer_id}")
-        return cls(redis, owns_redis=True, display_url=redact_url(url), producer_id=producer_id, **kwargs)
+        redis = connect(rc, client_name=f"captcha-producer-{producer_id}")
+        return cls(redis, owns_redis=True, display_url=rc.display_url(), producer_id=producer_id, **kwargs)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> CaptchaQueue:
+        """Configured like the workers: REDIS_URL, REDIS_USERNAME, REDIS_PASSWORD, REDIS_TLS_CA_FILE,
+        REDIS_TLS_INSECURE, REDIS_*_TIMEOUT_SECONDS, QUEUE_NAME, TASK_TTL_SECONDS, MAX_TASK_BYTES (ConfigError, a
+        ValueError, on a bad value)."""
+        pc = ProducerConfig.from_env(env)
+        kwargs = {"queue": pc.queue, "task_ttl": pc.task_ttl_seconds, "max_task_bytes": pc.max_task_bytes, **kwargs}
+        return cls.from_config(pc.redis, **kwargs)
+
+    @classmethod
+    def from_url(cls, url: str, *, password: str | None = None, username: str | None = None,
+                 **kwargs: Any) -> CaptchaQueue:
+        """A producer for a Redis URL (credentials in the URL, or as arguments)."""
+        rc = RedisConfig.from_env({"REDIS_URL": url})
+        rc = dataclasses.replace(rc, username=username or rc.username, password=Secret(password or ""))
+        return cls.from_config(rc, **kwargs)
 
     @property
     def keys(self) -> Keys:
         return self.queue.keys
 
     async def __aenter__(self) -> CaptchaQueue:
-        try:
-            await as_awaitable(self.redis.ping())
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-            raise _safe_redis_error(exc, self._url) from None
+        await self._guarded(as_awaitable(self.redis.ping()), doing="connecting")
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -215,10 +275,16 @@ class CaptchaQueue:
         await self.close()
 
     async def close(self) -> None:
-        tasks = [t for t in (self._listener, self._foreign_task, self._lookup_task) if t is not None]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Background loops end by themselves once closing (each wakes at least once a second); cancelling them
+        is the fallback, repeated: redis-py can lose a cancel that lands while it reads a reply."""
+        self._closing = True
+        pending = {t for t in (self._listener, self._foreign_task, self._lookup_task) if t is not None}
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=2.5)
+        while pending:
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=1)
         self._listener = self._foreign_task = self._lookup_task = None
         if self._owns_redis:
             await self.redis.aclose()
@@ -241,15 +307,18 @@ class CaptchaQueue:
 
     async def submit(self, method: str, params: Mapping[str, Any] | None = None, *,
                      deadline: float | dt.datetime | None = None, priority: bool = False,
-                     task_id: str | None = None, **more_params: Any) -> str:
+                     id: str | None = None, task_id: str | None = None, **more_params: Any) -> str:
         """Queue one task; returns its id. Params as keywords, or `params=` for names like ``data-s``.
 
         `deadline`: seconds from now (or an aware datetime) after which the task is answered `expired`
-        instead of being solved. `priority`: put the task at the head of the queue.
+        instead of being solved. `priority`: put the task at the head of the queue. `id`: your own task id
+        (1-128 letters, digits, ``. _ : -``); submitting an id the queue knows (queued, or finished within
+        TASK_TTL_SECONDS) is a no-op that returns it, so retrying a submit with the same id never solves twice.
+        (`task_id` is the earlier name of `id`.)
         """
-        task, body = self._task(method, {**(params or {}), **more_params}, deadline, task_id or new_task_ids(1)[0],
-                                time.time())
-        await self._guarded(self.queue.push([(task.id, body)], ttl=self.task_ttl, front=priority))
+        task, body = self._task(method, {**(params or {}), **more_params}, deadline,
+                                id or task_id or new_task_ids(1)[0], time.time())
+        await self._push([(task.id, body)], front=priority)
         self._own.add(task.id)
         self._ensure_listener()
         return task.id
@@ -257,27 +326,50 @@ class CaptchaQueue:
     async def submit_many(self, tasks: Iterable[TaskSpec | Mapping[str, Any]], *, batch: int = 500) -> list[str]:
         """Queue many tasks with one script call per `batch`, pipelined. Returns ids in order.
 
-        Items are TaskSpec or mappings ``{"method": ..., "params": {...}, "deadline": ..., "priority": ...}``.
+        Items are TaskSpec or mappings ``{"method": ..., "params": {...}, "deadline": ..., "priority": ...,
+        "id": ...}`` (``id`` optional, as in :meth:`submit`).
         """
         now = time.time()
         specs = [t if isinstance(t, TaskSpec) else TaskSpec(t["method"], t.get("params") or {}, t.get("deadline"),
-                                                             bool(t.get("priority", False))) for t in tasks]
-        ids = new_task_ids(len(specs))
-        built = [(*self._task(s.method, s.params, s.deadline, tid, now), s.priority) for s, tid in zip(specs, ids,
-                                                                                                         strict=True)]
+                                                             bool(t.get("priority", False)), t.get("id"))
+                 for t in tasks]
+        ids = [s.id or fresh for s, fresh in zip(specs, new_task_ids(len(specs)), strict=True)]
+        built = [(*self._task(s.method, s.params, s.deadline, tid, now), s.priority)
+                 for s, tid in zip(specs, ids, strict=True)]
         for front in (False, True):
             group = [(t.id, body) for t, body, p in built if p is front]
             if group:
-                await self._guarded(self.queue.push(group, ttl=self.task_ttl, front=front, batch=batch))
+                await self._push(group, front=front, batch=batch)
         self._own.update(ids)
         self._ensure_listener()
         return ids
 
-    async def _guarded(self, aw: Awaitable[T]) -> T:
+    async def _push(self, tasks: list[tuple[str, str]], *, front: bool, batch: int = 500) -> None:
+        """PUSH, retried while Redis does not answer (for up to `submit_retry_s`): PUSH is idempotent per id, so
+        a push that did run but whose reply was lost is, sent again, a no-op."""
+        delay, give_up = 0.1, time.monotonic() + self.submit_retry_s
+        while True:
+            try:
+                await self.queue.push(tasks, ttl=self.task_ttl, front=front, batch=batch)
+                return
+            except Exception as exc:
+                why = refusal(exc)
+                if why is None:
+                    raise
+                if time.monotonic() + delay > give_up:
+                    raise QueueUnavailable(why, self._url, "submit", [tid for tid, _ in tasks]) from None
+            await asyncio.sleep(delay * (0.5 + random.random() / 2))
+            delay = min(delay * 2, 2.0)
+
+    async def _guarded(self, aw: Awaitable[T], *, doing: str = "") -> T:
         try:
             return await aw
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-            raise _safe_redis_error(exc, self._url) from None
+        except Exception as exc:
+            why = refusal(exc)
+            if why is None:
+                raise
+            hint = tls_hint(exc)
+            raise QueueUnavailable(why, self._url, f"{doing}: {hint}" if hint else doing) from None
 
     # -- results ----------------------------------------------------------------------------------------
     def _ensure_listener(self) -> None:
@@ -288,11 +380,11 @@ class CaptchaQueue:
         """Block on this producer's reply list (one pooled connection); hand each result to its waiters."""
         reply_key = self.keys.reply(self.producer_id)
         delay = 0.05
-        while True:
+        while not self._closing:
             try:
                 item = await as_awaitable(self.redis.blpop([reply_key], timeout=1))
                 delay = 0.05
-            except (rexc.ConnectionError, rexc.TimeoutError, OSError):
+            except Exception:  # an outage, or a value that is not text: back off, never die (waiters depend on it)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
@@ -309,30 +401,42 @@ class CaptchaQueue:
         futures = self._waiters.pop(result.id, [])
         for fut in futures:
             if not fut.done():
-                fut.set_result(result)
+                fut.set_result(outcome_of(result))
         if not futures:
             self._arrived[result.id] = result
             while len(self._arrived) > _ARRIVED_MAX:
                 self._arrived.popitem(last=False)
 
+    def _settle(self, task_id: str, outcome: Outcome) -> None:
+        self._own.discard(task_id)
+        for fut in self._waiters.pop(task_id, []):
+            if not fut.done():
+                fut.set_result(outcome)
+
     async def result(self, task_id: str, timeout: float = 300.0) -> Outcome:
-        """Wait up to `timeout` seconds for a task's result."""
+        """Wait up to `timeout` seconds for a task's result: TimedOut when none came, or UnknownTask when by then
+        the queue still has no record of the id. ResultExpired, without waiting, when the task finished but its
+        result is no longer kept."""
         started = time.monotonic()
         if task_id in self._arrived:
             return outcome_of(self._arrived.pop(task_id))
         self._ensure_listener()
-        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(task_id, []).append(fut)
         try:
-            stored = await self._guarded(self._stored(task_id))  # the notification may be long gone
-            if stored is not None:
-                return outcome_of(Result.from_json(stored))
+            known = _stored_outcome(task_id, await self._guarded(self._stored(task_id), doing="reading a result"))
+            if known is not None:  # the notification may be long gone
+                return known
             if task_id not in self._own and (self._foreign_task is None or self._foreign_task.done()):
                 self._foreign_task = asyncio.create_task(self._watch_foreign())
             try:
-                return outcome_of(await asyncio.wait_for(asyncio.shield(fut), timeout))
+                return await asyncio.wait_for(asyncio.shield(fut), timeout)
             except TimeoutError:
-                return TimedOut(task_id, time.monotonic() - started)
+                waited = time.monotonic() - started
+                last = await self._guarded(self._stored(task_id), doing="reading a result")
+                if last is Lookup.UNKNOWN:
+                    return UnknownTask(task_id, waited)
+                return _stored_outcome(task_id, last) or TimedOut(task_id, waited)
         finally:
             waiters = self._waiters.get(task_id)
             if waiters is not None and fut in waiters:
@@ -342,24 +446,25 @@ class CaptchaQueue:
 
     async def _watch_foreign(self, every_s: float = 0.5) -> None:
         """Tasks submitted by another process (`captcha-worker wait`, a restarted producer) notify that
-        process, not this one: look at their result keys, all in one MGET, twice a second while any waits."""
-        while True:
+        process, not this one: look them up, all in one LOOKUP, twice a second while any waits."""
+        while not self._closing:
             await asyncio.sleep(every_s)
             foreign = [i for i in self._waiters if i not in self._own]
             if not foreign:
                 return
             try:
-                values = await asyncio.gather(*(self._stored(i) for i in foreign))  # batched: one MGET
-            except (rexc.ConnectionError, rexc.TimeoutError, OSError):
+                values = await asyncio.gather(*(self._stored(i) for i in foreign))  # batched: one LOOKUP
+            except Exception:  # noqa: S112 - an outage: the next round tries again
                 continue
-            for value in values:
-                if value is not None:
-                    self._deliver(Result.from_json(value))
+            for task_id, value in zip(foreign, values, strict=True):
+                outcome = _stored_outcome(task_id, value)
+                if outcome is not None:
+                    self._settle(task_id, outcome)
 
-    def _stored(self, task_id: str) -> asyncio.Future[str | None]:
-        """The stored result of a task. Lookups of all concurrent waiters go out as one MGET per round trip,
-        so any number of waiters needs one connection for this and one for the notifications."""
-        fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+    def _stored(self, task_id: str) -> asyncio.Future[Text | Lookup]:
+        """What the queue holds for a task. Lookups of all concurrent waiters go out as one LOOKUP per round
+        trip, so any number of waiters needs one connection for this and one for the notifications."""
+        fut: asyncio.Future[Text | Lookup] = asyncio.get_running_loop().create_future()
         self._lookups.setdefault(task_id, []).append(fut)
         if self._lookup_task is None or self._lookup_task.done():
             self._lookup_task = asyncio.create_task(self._lookup_loop())
@@ -370,7 +475,7 @@ class CaptchaQueue:
             batch, self._lookups = self._lookups, {}
             ids = list(batch)
             try:
-                values = await as_awaitable(self.redis.mget([self.keys.result(i) for i in ids]))
+                values = await self.queue.lookup(ids)
             except Exception as exc:
                 for futures in batch.values():
                     for fut in futures:
@@ -396,12 +501,12 @@ class CaptchaQueue:
                     retries: int = 0, backoff_s: float = 2.0, deadline: float | dt.datetime | None = None,
                     priority: bool = False, **more_params: Any) -> Outcome:
         """Submit and wait. With `retries`, a Failed or TimedOut outcome is resubmitted after an exponential
-        backoff (with jitter): ``backoff_s``, ``2*backoff_s``, ... Expired outcomes are not retried."""
+        backoff (with jitter): ``backoff_s``, ``2*backoff_s``, ... Other outcomes are not retried."""
         outcome: Outcome
         for attempt in range(retries + 1):
             task_id = await self.submit(method, params, deadline=deadline, priority=priority, **more_params)
             outcome = await self.result(task_id, timeout)
-            if isinstance(outcome, Solved | Expired) or attempt == retries:
+            if not isinstance(outcome, Failed | TimedOut) or attempt == retries:
                 return outcome
             await asyncio.sleep(backoff_s * (2 ** attempt) * (0.5 + random.random() / 2))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -412,19 +517,20 @@ class SyncCaptchaQueue:
 
     ::
 
-        with SyncCaptchaQueue("redis://localhost:6379/0") as q:
+        with SyncCaptchaQueue("redis://localhost:6379/0") as q:  # or SyncCaptchaQueue(): from the environment
             outcome = q.solve("userrecaptcha", googlekey="6Le...", pageurl="https://example.com")
     """
 
-    def __init__(self, url: str, **kwargs: Any) -> None:
+    def __init__(self, url: str | None = None, **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="captcha-queue", daemon=True)
         self._thread.start()
         self._q = self._run(self._make(url, kwargs))
 
     @staticmethod
-    async def _make(url: str, kwargs: dict[str, Any]) -> CaptchaQueue:
-        return await CaptchaQueue.from_url(url, **kwargs).__aenter__()
+    async def _make(url: str | None, kwargs: dict[str, Any]) -> CaptchaQueue:
+        q = CaptchaQueue.from_env(**kwargs) if url is None else CaptchaQueue.from_url(url, **kwargs)
+        return await q.__aenter__()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

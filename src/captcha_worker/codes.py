@@ -150,6 +150,7 @@ class Code(enum.StrEnum):
     MAX_ATTEMPTS_EXCEEDED = "MAX_ATTEMPTS_EXCEEDED", _result()
     DEADLINE_PASSED = "DEADLINE_PASSED", _result()
     TASK_EXPIRED = "TASK_EXPIRED", _result()
+    WORKER_ERROR = "WORKER_ERROR", _result()  # a raw payload the worker failed on: dead-lettered, never retried
     SOLVE_TIMEOUT = "SOLVE_TIMEOUT", _result("no answer within the solve time limit")
     EXPIRED = "EXPIRED", _result()  # the producer's default for an expired result without a code
     ERROR = "ERROR", _result()  # the producer's default for a failed result without a code

@@ -16,6 +16,9 @@ from urllib.parse import urlsplit
 
 DEFAULT_API_URL = "https://ocr.captchaai.com"
 DEFAULT_QUEUE = "captcha"
+DEFAULT_TASK_TTL = 86400
+DEFAULT_MAX_TASK_BYTES = 1_048_576
+DEFAULT_DEAD_LETTER_MAX = 10000
 _QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
@@ -104,6 +107,8 @@ class RedisConfig:
     password: Secret = Secret("")
     tls_ca_file: str | None = None
     tls_insecure: bool = False
+    socket_timeout_s: float = 10.0  # per command; above every blocking wait the package issues (1 s)
+    connect_timeout_s: float = 5.0
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> RedisConfig:
@@ -127,6 +132,8 @@ class RedisConfig:
             password=Secret(e.raw("REDIS_PASSWORD") or ""),
             tls_ca_file=ca,
             tls_insecure=e.flag("REDIS_TLS_INSECURE", False),
+            socket_timeout_s=e.number("REDIS_SOCKET_TIMEOUT_SECONDS", 10.0, minimum=2.0),
+            connect_timeout_s=e.number("REDIS_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.1),
         )
 
     def display_url(self) -> str:
@@ -145,10 +152,47 @@ def redact_url(url: str) -> str:
     return parts._replace(netloc=user + host).geturl()
 
 
+@dataclass(frozen=True)
+class ProducerConfig:
+    """What a producer needs, from the same variables the workers read (so both agree on limits and TTLs)."""
+
+    redis: RedisConfig
+    queue: str = DEFAULT_QUEUE
+    task_ttl_seconds: int = DEFAULT_TASK_TTL
+    max_task_bytes: int = DEFAULT_MAX_TASK_BYTES
+
+    @staticmethod
+    def from_env(env: Mapping[str, str] | None = None) -> ProducerConfig:
+        env = os.environ if env is None else env
+        e = _Env(env)
+        return ProducerConfig(redis=RedisConfig.from_env(env), queue=queue_name(env),
+                              task_ttl_seconds=task_ttl(e), max_task_bytes=max_task_bytes(e))
+
+
+def task_ttl(e: _Env) -> int:
+    return e.integer("TASK_TTL_SECONDS", DEFAULT_TASK_TTL, minimum=60)
+
+
+def max_task_bytes(e: _Env) -> int:
+    return e.integer("MAX_TASK_BYTES", DEFAULT_MAX_TASK_BYTES, minimum=1024)
+
+
 def queue_name(env: Mapping[str, str]) -> str:
     name = _Env(env).text("QUEUE_NAME", DEFAULT_QUEUE)
     if not _QUEUE_RE.match(name):
         raise ConfigError(f"QUEUE_NAME must be 1-64 letters, digits, '.', '_' or '-', got {name!r}")
+    return name
+
+
+def compat_list(e: _Env, queue: str) -> str | None:
+    """COMPAT_QUEUE_LIST: a Redis list name, not one of the queue's own keys."""
+    name = e.raw("COMPAT_QUEUE_LIST")
+    if name is None:
+        return None
+    if len(name) > 256 or any(c.isspace() for c in name):
+        raise ConfigError(f"COMPAT_QUEUE_LIST must be a Redis key name without spaces, got {name[:60]!r}")
+    if name.startswith(f"{{{queue}}}:") and name.split(":", 1)[1] in {"pending", "processing", "dead"}:
+        raise ConfigError(f"COMPAT_QUEUE_LIST must not be one of the queue's own lists, got {name!r}")
     return name
 
 
@@ -172,8 +216,10 @@ class WorkerConfig:
     unsolvable_retries: int
     max_task_bytes: int
     http_timeout_seconds: float
+    http_poll_timeout_seconds: float
     threadsinfo_interval_seconds: float
     compat_results_hash: bool
+    compat_queue_list: str | None  # the seed guide's list (captcha:queue) workers also take raw tasks from
     dead_letter_max: int
     monthly_price: float
     time_scale: float  # divides poll and backoff delays (pair with the simulator's --speed)
@@ -210,15 +256,17 @@ class WorkerConfig:
             max_attempts=e.integer("MAX_ATTEMPTS", 3, minimum=1, maximum=100),
             orphan_grace_seconds=e.number("ORPHAN_GRACE_SECONDS", lease, minimum=1.0),
             result_ttl_seconds=e.integer("RESULT_TTL_SECONDS", 3600, minimum=10),
-            task_ttl_seconds=e.integer("TASK_TTL_SECONDS", 86400, minimum=60),
+            task_ttl_seconds=task_ttl(e),
             solve_timeout_seconds=e.number("SOLVE_TIMEOUT_SECONDS", 180.0, minimum=1.0),
             drain_grace_seconds=e.number("DRAIN_GRACE_SECONDS", 200.0, minimum=0.0),
             unsolvable_retries=e.integer("UNSOLVABLE_RETRIES", 1, minimum=0, maximum=10),
-            max_task_bytes=e.integer("MAX_TASK_BYTES", 1_048_576, minimum=1024),
+            max_task_bytes=max_task_bytes(e),
             http_timeout_seconds=e.number("HTTP_TIMEOUT_SECONDS", 30.0, minimum=1.0),
+            http_poll_timeout_seconds=e.number("HTTP_POLL_TIMEOUT_SECONDS", 5.0, minimum=0.5),
             threadsinfo_interval_seconds=e.number("THREADSINFO_INTERVAL_SECONDS", 300.0, minimum=5.0),
             compat_results_hash=e.flag("COMPAT_RESULTS_HASH", False),
-            dead_letter_max=e.integer("DEAD_LETTER_MAX", 10000, minimum=1),
+            compat_queue_list=compat_list(e, queue_name(env)),
+            dead_letter_max=e.integer("DEAD_LETTER_MAX", DEFAULT_DEAD_LETTER_MAX, minimum=1),
             monthly_price=e.number("CAPTCHAAI_MONTHLY_PRICE", 0.0),
             time_scale=e.number("API_TIME_SCALE", 1.0, minimum=0.001),
             log_level=log_level,

@@ -50,9 +50,19 @@ class JsonFormatter(logging.Formatter):
         return self._redact(json.dumps(data, default=str, separators=(",", ":")))
 
 
+_active = [Redactor()]  # the redactor of the configured logs (setup replaces it)
+
+
+def redact(text: str) -> str:
+    """Scrub text the way log lines are scrubbed (registered secrets, URL credentials): for text that is stored
+    or shown outside the logs (dead-letter views)."""
+    return _active[0](text)
+
+
 def setup(level: str = "info", secrets: Iterable[str] = (), stream: Any = None) -> None:
+    redactor = _active[0] = Redactor(secrets)
     handler = logging.StreamHandler(stream or sys.stdout)
-    handler.setFormatter(JsonFormatter(Redactor(secrets)))
+    handler.setFormatter(JsonFormatter(redactor))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(_LEVELS.get(level, logging.INFO))

@@ -36,8 +36,22 @@ FATAL_CODES = tuple(c.value for c in codes.FATAL)
 KNOWN_CODES = codes.LABELS
 
 
+#: codes the worker itself dead-letters with, rows of the codes table (CaptchaAI's missing-param codes, the other
+#: dead-letter codes, are in KNOWN_CODES)
+DEAD_LETTER_CODES = tuple(c.value for c in (
+    codes.Code.INVALID_JSON, codes.Code.INVALID_TASK, codes.Code.TASK_TOO_LARGE, codes.Code.UNKNOWN_METHOD,
+    codes.Code.UNSUPPORTED_METHOD, codes.Code.TASK_EXPIRED, codes.Code.MAX_ATTEMPTS_EXCEEDED, codes.Code.WORKER_ERROR))
+#: why Redis could not serve (connection.Refusal values; kept here so metrics imports nothing of connection)
+REDIS_REFUSALS = ("connection", "timeout", "loading", "oom", "readonly", "masterdown", "noreplicas", "busy",
+                  "tryagain", "clusterdown", "auth")
+
+
 def code_label(code: str) -> str:
     return code if code in KNOWN_CODES else "OTHER"
+
+
+def dead_letter_label(code: str) -> str:
+    return code if code in DEAD_LETTER_CODES else code_label(code)
 
 
 def kind_label(kind: str | None) -> str:
@@ -89,7 +103,10 @@ FATAL_ERRORS = Counter(f"{PREFIX}fatal_errors_total",
 FATAL_STATE = Gauge(f"{PREFIX}fatal_error",
                     "1 while this worker has stopped claiming because of this fatal API error, else 0.", ["code"])
 READY = Gauge(f"{PREFIX}worker_ready", "1 when this worker is claiming tasks (readiness).")
-REDIS_ERRORS = Counter(f"{PREFIX}redis_errors_total", "Redis operations that failed and were retried.")
+REDIS_ERRORS = Counter(f"{PREFIX}redis_errors_total",
+                       "Redis operations that failed with an outage and were retried, by reason (connection, "
+                       "timeout, loading, oom, readonly, ...).", ["reason"])
+DEAD_LETTERS = Counter(f"{PREFIX}dead_letters_total", "Items this worker dead-lettered, by code.", ["code"])
 BUILD_INFO = Gauge(f"{PREFIX}build_info", "Build information.", ["version", "python"])
 
 
@@ -111,6 +128,10 @@ def init(*, concurrency: int, budget_limit: int, monthly_price: float) -> None:
     for code in FATAL_CODES:
         FATAL_ERRORS.labels(code)
         FATAL_STATE.labels(code).set(0)
+    for code in DEAD_LETTER_CODES:
+        DEAD_LETTERS.labels(code)
+    for reason in REDIS_REFUSALS:
+        REDIS_ERRORS.labels(reason)
 
 
 class ProbeServer:

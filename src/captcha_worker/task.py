@@ -13,11 +13,12 @@ returns :class:`Invalid` with a reason that ends up in the dead-letter entry and
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,18 @@ _REPLY_RE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 _JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps(separators=...) builds one per call
 #: params the worker sets itself; a task may not carry them
 RESERVED_PARAMS = frozenset({"key", "json", "method", "soft_id", "header_acao", "pingback"})
+#: deepest JSON nesting accepted (a task needs 2: the object and its params); checked before parsing
+MAX_DEPTH = 32
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+#: params whose values are secrets: kept out of dead letters and any output (proxy keeps its host)
+SECRET_PARAMS = frozenset({"proxy", "cookies", "cookie", "key", "password", "proxy_password", "proxypassword",
+                           "api_key", "apikey"})
+_PROXY_CREDENTIALS = re.compile(r"^[^@]*@")
+_SECRET_NAMES = "|".join(sorted(SECRET_PARAMS))
+#: secret params as they appear in text that is not JSON: "name": "value" and name=value
+_SECRET_FIELD = re.compile(rf'("(?:{_SECRET_NAMES})"\s*:\s*")[^"]*|((?:{_SECRET_NAMES})=)[^&\s"]*', re.I)
 
 
 @dataclass(frozen=True)
@@ -69,11 +82,11 @@ class Invalid:
 
 
 def valid_task_id(task_id: str) -> bool:
-    return bool(_ID_RE.match(task_id))
+    return bool(_ID_RE.fullmatch(task_id))
 
 
 def valid_reply_to(reply_to: str) -> bool:
-    return bool(_REPLY_RE.match(reply_to))
+    return bool(_REPLY_RE.fullmatch(reply_to))
 
 
 def _flat_params(raw: object) -> dict[str, str] | str:
@@ -89,7 +102,7 @@ def _flat_params(raw: object) -> dict[str, str] | str:
         elif isinstance(value, int | float) and math.isfinite(value):
             out[key] = str(value)
         else:
-            return f"params must be a flat map of strings and numbers (param {key!r} is {type(value).__name__})"
+            return f"params must be a flat map of strings and numbers (param {_short(key)} is {type(value).__name__})"
     reserved = sorted(RESERVED_PARAMS.intersection(out))
     if reserved:
         return f"params must not set {', '.join(reserved)} (the worker sets them)"
@@ -106,34 +119,45 @@ def _number(data: Mapping[str, Any], name: str) -> float | str | None:
 
 
 def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None) -> Task | Invalid:
-    """Decode and validate one task body (as stored in Redis or RPUSHed by a seed-guide producer)."""
-    raw = payload.encode() if isinstance(payload, str) else payload
-    too_large = len(raw) > max_bytes
-    if too_large and len(raw) > 16 * max_bytes:  # not even worth decoding to find out who sent it
-        return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code="TASK_TOO_LARGE")
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        data = None
-    if too_large:
-        ids = _ids(data)
-        return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code="TASK_TOO_LARGE",
-                       task_id=ids[0], reply_to=ids[1])
-    if data is None:
-        return Invalid("payload is not valid JSON", code="INVALID_JSON")
+    """Decode and validate one task body (as stored in Redis or pushed raw by a seed-guide producer).
+
+    Byte-safe and bounded: the size is checked before anything is decoded, the UTF-8 decode cannot raise, and
+    the nesting depth is measured before ``json.loads`` (which would recurse), so any bytes give a Task or an
+    Invalid with a reason."""
+    data = decode_json(payload, max_bytes=max_bytes)
+    if isinstance(data, Invalid):
+        return data
     if not isinstance(data, dict):
         return Invalid("payload must be a JSON object with id, method and params", code="INVALID_JSON")
     return make_task(data, now=now)
 
 
-def _ids(data: object) -> tuple[str | None, str | None]:
-    """id and reply_to of a decoded payload, when they are valid (to answer a rejected task's producer)."""
-    if not isinstance(data, dict):
-        return None, None
-    task_id, reply_to = data.get("id"), data.get("reply_to")
-    ok_id = task_id if isinstance(task_id, str) and valid_task_id(task_id) else None
-    ok_reply = reply_to if isinstance(reply_to, str) and valid_reply_to(reply_to) else None
-    return ok_id, ok_reply if ok_id else None
+def decode_json(payload: bytes | str, *, max_bytes: int) -> object:
+    """The decoded JSON value of a payload, or Invalid: too large, not UTF-8, nested too deep, not JSON."""
+    raw = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
+    if len(raw) > max_bytes:
+        return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code="TASK_TOO_LARGE")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Invalid(f"payload is not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start})",
+                       code="INVALID_JSON")
+    if nesting_depth(text) > MAX_DEPTH:
+        return Invalid(f"payload nests deeper than {MAX_DEPTH} levels", code="INVALID_JSON")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError cannot happen below MAX_DEPTH; kept as a last guard
+        return Invalid("payload is not valid JSON", code="INVALID_JSON")
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest nesting of [ and { in a JSON text, ignoring brackets inside strings. Linear time, no
+    recursion: an upper bound first (the count of openers), the exact figure only when that bound is high."""
+    bound = text.count("{") + text.count("[")
+    if bound <= MAX_DEPTH:
+        return bound
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(itertools.accumulate(_BRACKET_STEP[c] for c in brackets), default=0)
 
 
 def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | Invalid:
@@ -156,7 +180,7 @@ def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | In
     kind = methods.kind_of(method, params)
     if kind is None:
         known = ", ".join(sorted(methods.METHODS))
-        return invalid(f"unknown method {method!r} (known: {known})", code="UNKNOWN_METHOD")
+        return invalid(f"unknown method {_short(method)} (known: {known})", code="UNKNOWN_METHOD")
     missing = methods.missing_param(kind, params)
     if missing is not None:
         return invalid(f"missing required param {missing.name!r} for {kind.name}", code=missing.missing_error)
@@ -175,6 +199,48 @@ def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | In
         deadline=deadline,
         reply_to=reply_to,
     )
+
+
+def _short(value: str, limit: int = 40) -> str:
+    """A user-supplied name quoted for a reason text, bounded (reasons are stored and shown)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
+# -- safe views of payloads (dead letters, CLI output) ------------------------------------------------------
+VIEW_MAX = 2048  # characters of a payload view kept in a dead letter
+_VALUE_MAX = 200  # characters of one string value kept in a view
+_EXCERPT_BYTES = 256  # bytes of an undecodable payload kept in a view
+
+
+def payload_view(payload: bytes | str, redact: Callable[[str], str], *, max_bytes: int) -> str:
+    """What a dead letter may keep of a payload: secret params masked (proxy keeps its host), long values cut,
+    then `redact` (the log redactor: registered secrets, ``user:pass@`` anywhere), then at most VIEW_MAX
+    characters. A payload that is not JSON is kept as a short excerpt, redacted the same way."""
+    data = decode_json(payload, max_bytes=max_bytes)
+    if not isinstance(data, Invalid):
+        text = _JSON.encode(_masked(data))
+    else:
+        raw = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
+        head = raw[: 16 * _EXCERPT_BYTES].decode("utf-8", "backslashreplace")
+        masked = _SECRET_FIELD.sub(lambda m: (m.group(1) or m.group(2)) + "***", head)
+        text = redact(masked)[:_EXCERPT_BYTES] + (f"... ({len(raw)} bytes)" if len(raw) > _EXCERPT_BYTES else "")
+    return redact(text)[:VIEW_MAX]
+
+
+def _masked(value: object, name: str = "") -> object:
+    """A copy with secret values masked and long strings cut (depth is bounded by decode_json)."""
+    if name.lower() in SECRET_PARAMS:
+        if name.lower() == "proxy" and isinstance(value, str) and "@" in value:
+            return _PROXY_CREDENTIALS.sub("***@", value)
+        return "***"
+    if isinstance(value, dict):
+        return {str(k): _masked(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    if isinstance(value, str) and len(value) > _VALUE_MAX:
+        return f"{value[:_VALUE_MAX]}... ({len(value)} characters)"
+    return value
 
 
 @dataclass(frozen=True)

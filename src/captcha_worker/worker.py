@@ -14,9 +14,14 @@ One process runs these coroutines:
 
 Phases: RUNNING → (fatal API error) FATAL → (probe succeeds) RUNNING; SIGTERM → DRAINING: stop claiming,
 let jobs finish within ``DRAIN_GRACE_SECONDS``, then cancel them; a cancelled job puts its task back at the
-front of pending without counting the attempt.  Redis outages never crash the worker: every Redis operation is
-retried with backoff (readiness false meanwhile); a task whose lease lapsed is requeued by a reaper and the
-first result written wins.
+front of pending without counting the attempt.  Redis outages never crash the worker: every Redis operation that
+fails with an outage (``connection.refusal``: connection loss, timeouts, LOADING, OOM, READONLY, ...) is retried
+with backoff, readiness is false meanwhile and one log line marks each change of state; a task whose lease lapsed
+is requeued by a reaper and the first result written wins.
+
+Every claimed item ends with an outcome on its first claim when it cannot become a task: bytes that are not
+UTF-8, JSON nested too deep, payloads over ``MAX_TASK_BYTES`` (buried by the claim script itself), invalid tasks
+— each is dead-lettered with a code and a reason, counted in ``captcha_solver_dead_letters_total{code}``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import json
 import logging
 import os
 import random
@@ -33,11 +39,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
+from captcha_worker import log as logs
 from captcha_worker import metrics
 from captcha_worker.captchaai import (
     CaptchaAI,
@@ -51,19 +58,18 @@ from captcha_worker.captchaai import (
     TransientError,
     describe,
 )
-from captcha_worker.config import RedisConfig, WorkerConfig
+from captcha_worker.config import WorkerConfig
+from captcha_worker.connection import Refusal, connect, describe_refusal, is_cross_slot, refusal
 from captcha_worker.log import event
 from captcha_worker.methods import Kind
-from captcha_worker.queue import Ack, Claimed, Queue, dead_entry, is_raw_item
-from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task
+from captcha_worker.queue import Ack, Claimed, ClaimFlag, Queue, Text, dead_entry, is_raw_item, item_ref
+from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task, payload_view
 
 log = logging.getLogger("captcha_worker.worker")
 T = TypeVar("T")
 P = ParamSpec("P")
 
 REPLY_TTL_S = 300
-_RETRYABLE_REDIS = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, rexc.ReadOnlyError)
-_RETRYABLE_REPLIES = ("OOM", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
 
 
 class Phase(enum.Enum):
@@ -80,7 +86,7 @@ def default_worker_id() -> str:
 class Job:
     """One claimed task while this worker owns it. ``item`` is what sits in processing."""
 
-    item: str
+    item: Text
     attempts: int = 0
     task: Task | None = None
     claimed_at: float = field(default_factory=time.time)
@@ -102,12 +108,6 @@ class Api(Protocol):
     async def getbalance(self) -> float: ...
 
 
-def _retryable(exc: Exception) -> bool:
-    if isinstance(exc, _RETRYABLE_REDIS):
-        return True
-    return isinstance(exc, rexc.ResponseError) and str(exc).startswith(_RETRYABLE_REPLIES)
-
-
 class Worker:
     def __init__(self, cfg: WorkerConfig, redis: Redis, api: Api, *, worker_id: str | None = None) -> None:
         self.cfg = cfg
@@ -118,7 +118,10 @@ class Worker:
         self.held: set[str] = set()  # budget units this worker holds
         self.phase = Phase.RUNNING
         self.fatal_code: str | None = None
-        self.redis_ok = True
+        self.redis_down: Refusal | None = None  # why Redis cannot serve, while it lasts
+        self._redis_down_since = 0.0
+        self._failing: set[object] = set()  # Redis calls retrying an outage (one token per call)
+        self.compat_list = cfg.compat_queue_list  # None after a CROSSSLOT (Redis Cluster): logged once
         self.last_pending = 0
         self._wake = asyncio.Event()  # capacity changed: the claimer looks again
         self._stop = asyncio.Event()  # SIGTERM: stop claiming
@@ -132,9 +135,13 @@ class Worker:
             return False, "draining"
         if self.phase is Phase.FATAL:
             return False, f"fatal API error: {self.fatal_code}"
-        if not self.redis_ok:
-            return False, "redis unavailable"
+        if self.redis_down is not None:
+            return False, f"redis unavailable: {self.redis_down.value}"
         return True, "ready"
+
+    @property
+    def redis_ok(self) -> bool:
+        return self.redis_down is None
 
     def _set_ready_gauge(self) -> None:
         metrics.READY.set(1 if self.readiness()[0] else 0)
@@ -209,44 +216,71 @@ class Worker:
         metrics.BUDGET_HELD.set(0)
 
     async def _supervise(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
-        """Run a background loop forever; a bug in one iteration is logged and the loop restarted."""
+        """Run a background loop forever; a bug in one iteration is logged and the loop restarted, after a pause
+        that doubles while it keeps crashing (1 s to 30 s), so a persistent fault cannot flood the log."""
+        pause = 1.0
         while not self._closing.is_set() and not (name == "claimer" and self._stop.is_set()):
+            started = time.monotonic()
             try:
                 await loop()
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                event(log, "loop_crashed", logging.ERROR, loop=name, error=type(exc).__name__, detail=str(exc)[:200])
-                await self._pause(1)
+                if time.monotonic() - started > 60:
+                    pause = 1.0
+                event(log, "loop_crashed", logging.ERROR, loop=name, error=type(exc).__name__,
+                      detail=logs.redact(str(exc))[:200], retry_in_s=pause)
+                await self._pause(pause)
+                pause = min(pause * 2, 30.0)
 
     async def _redis(self, what: str, op: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T | None:
-        """Run a Redis operation, retrying connection-level failures with backoff until it succeeds.
+        """Run a Redis operation, retrying outages (``connection.refusal``) with backoff until it succeeds.
+        Anything else (a bug, a wrong key type) is raised.
 
-        Returns None only for claims while the worker is stopping and Redis is still unreachable.
+        Redis is *down* while any call is retrying an outage; it is back when every such call went through (a
+        refusal can be partial: with maxmemory reached, deletions still pass while writes fail).
+        Returns None only for claims while the worker is stopping and Redis is still unavailable.
         """
-        delay = 0.05
-        while True:
-            try:
-                result = await op(*args, **kwargs)
-            except Exception as exc:
-                if not _retryable(exc):
-                    raise
-                metrics.REDIS_ERRORS.inc()
-                if self.redis_ok:
-                    self.redis_ok = False
-                    self._set_ready_gauge()
-                    event(log, "redis_unavailable", logging.WARNING, op=what, error=type(exc).__name__)
-                if self._closing.is_set() or (self._stop.is_set() and what in {"claim", "claim_blocking"}):
-                    return None
-                await asyncio.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 5.0)
-                continue
-            if not self.redis_ok:
-                self.redis_ok = True
-                self._set_ready_gauge()
-                event(log, "redis_reconnected", op=what)
-            return result
+        delay, token = 0.05, object()
+        try:
+            while True:
+                try:
+                    result = await op(*args, **kwargs)
+                except Exception as exc:
+                    why = refusal(exc)
+                    if why is None:
+                        raise
+                    metrics.REDIS_ERRORS.labels(why.value).inc()
+                    self._failing.add(token)
+                    self._redis_failed(why, what, exc)
+                    if self._closing.is_set() or (self._stop.is_set() and what in {"claim", "claim_blocking"}):
+                        return None
+                    await asyncio.sleep(delay * (1 + random.random()))
+                    delay = min(delay * 2, 5.0)
+                    continue
+                return result
+        finally:
+            self._redis_settled(token, what)
+
+    def _redis_failed(self, why: Refusal, what: str, exc: Exception) -> None:
+        """One log line per change of Redis state (not per attempt); readiness follows."""
+        if self.redis_down is why:
+            return
+        if self.redis_down is None:
+            self._redis_down_since = time.monotonic()
+        self.redis_down = why
+        self._set_ready_gauge()
+        event(log, "redis_unavailable", logging.WARNING, reason=why.value, op=what, error=type(exc).__name__,
+              detail=f"Redis is {describe_refusal(why)}", hint="retrying with backoff; readiness is false")
+
+    def _redis_settled(self, token: object, what: str) -> None:
+        self._failing.discard(token)
+        if self.redis_down is not None and not self._failing:
+            event(log, "redis_reconnected", op=what, was=self.redis_down.value,
+                  down_s=round(time.monotonic() - self._redis_down_since, 1))
+            self.redis_down = None
+            self._set_ready_gauge()
 
     # -- claiming -----------------------------------------------------------------------------------------
     def _room(self) -> int:
@@ -255,7 +289,9 @@ class Worker:
         return len(self.held) - len(self._jobs)
 
     async def _claim_loop(self) -> None:
-        lease = self.cfg.lease_seconds
+        cfg = self.cfg
+        limits: dict[str, Any] = {"lease_s": cfg.lease_seconds, "max_bytes": cfg.max_task_bytes,
+                                  "dead_max": cfg.dead_letter_max}
         while not self._stop.is_set():
             room = self._room()
             if room <= 0:
@@ -264,17 +300,38 @@ class Worker:
                     async with asyncio.timeout(1.0):
                         await self._wake.wait()
                 continue
-            claimed = await self._redis("claim", self.queue.claim, room, lease_s=lease)
+            claimed = await self._claim_batch(room, limits)
             if not claimed:
                 if self._stop.is_set():
                     break
-                one = await self._redis("claim_blocking", self.queue.claim_blocking, timeout_s=1.0,
-                                        lease_s=lease)
+                # BLMOVE watches pending only: with a compat list, wake up often enough to look at it too
+                one = await self._redis("claim_blocking", self.queue.claim_blocking,
+                                        timeout_s=0.25 if self.compat_list else 1.0, **limits)
                 claimed = [one] if one is not None else []
             for c in claimed:
                 self._start(c)
 
+    async def _claim_batch(self, room: int, limits: dict[str, Any]) -> list[Claimed]:
+        try:
+            return await self._redis("claim", self.queue.claim, room, compat_list=self.compat_list, **limits) or []
+        except rexc.ResponseError as exc:
+            if self.compat_list is None or not is_cross_slot(exc):
+                raise
+            event(log, "compat_queue_unusable", logging.ERROR, list=self.compat_list,
+                  reason="CROSSSLOT: the list is not in the queue's hash slot (Redis Cluster)",
+                  hint=f"name it with the queue's hash tag (e.g. {{{self.cfg.queue}}}:queue) or unset "
+                       "COMPAT_QUEUE_LIST; serving the queue without it")
+            self.compat_list = None
+            return []
+
     def _start(self, claimed: Claimed) -> None:
+        if claimed.flag is ClaimFlag.ITEM_TOO_LARGE:  # dead-lettered by the claim script itself, never read
+            metrics.TASKS.labels("unknown", "dead_lettered").inc()
+            metrics.DEAD_LETTERS.labels("TASK_TOO_LARGE").inc()
+            event(log, "task_dead_lettered", logging.WARNING, id=None, code="TASK_TOO_LARGE", attempts=1,
+                  reason=f"payload is {claimed.attempts} bytes, over the limit of {self.cfg.max_task_bytes}",
+                  sha1=claimed.item)
+            return
         job = Job(claimed.item, claimed.attempts)
         t = asyncio.create_task(self._handle(job, claimed))
         self._jobs[t] = job
@@ -295,9 +352,13 @@ class Worker:
             metrics.TASKS.labels(job.kind_label, "released").inc()
             raise
         except Exception as exc:
-            event(log, "job_crashed", logging.ERROR, item=_item_ref(job.item), error=type(exc).__name__)
+            event(log, "job_crashed", logging.ERROR, item=item_ref(job.item), error=type(exc).__name__)
             with suppress(Exception):
-                await self.queue.release(job.item, refund_attempt=False, front=False, last_error="worker error")
+                if is_raw_item(job.item):  # no attempt count would ever end it: settle it now
+                    await self._bury(job, f"the worker failed on this payload ({type(exc).__name__})",
+                                     "WORKER_ERROR", task_id=None, reply_to=None, view=self._view(job.item))
+                else:
+                    await self.queue.release(job.item, refund_attempt=False, front=False, last_error="worker error")
 
     # -- one task -----------------------------------------------------------------------------------------
     async def _process(self, job: Job, claimed: Claimed) -> None:
@@ -319,37 +380,51 @@ class Worker:
             await self._solve(job, task)
 
     async def _load(self, job: Job, claimed: Claimed) -> Task | None:
-        """The claimed item's Task, or None when it was settled here (invalid, expired body, duplicate)."""
+        """The claimed item's Task, or None when it was settled here (invalid, no body, duplicate)."""
         if is_raw_item(claimed.item):
             return await self._adopt(job, claimed.item)
-        if claimed.body is None:
-            await self._finish(job, None, Result(claimed.item, Status.EXPIRED, code="TASK_EXPIRED",
-                                                 text="the task body expired before a worker claimed it"))
-            return None
+        task_id = cast(str, claimed.item)
         if claimed.done:
             await self._redis("ack", self.queue.ack, job.item, None)
             metrics.TASKS.labels("unknown", "duplicate").inc()
             return None
+        if claimed.flag is ClaimFlag.BODY_TOO_LARGE:
+            await self._bury(job, f"the stored task body is over the limit of {self.cfg.max_task_bytes} bytes",
+                             "TASK_TOO_LARGE", task_id=task_id, reply_to=None, view=None)
+            return None
+        if claimed.body is None:
+            await self._bury(job, "the task body expired before a worker claimed it (TASK_TTL_SECONDS), or was "
+                                  "never stored", "TASK_EXPIRED", task_id=task_id, reply_to=None, view=None,
+                             status=Status.EXPIRED)
+            return None
         parsed = parse_task(claimed.body, max_bytes=self.cfg.max_task_bytes)
         if isinstance(parsed, Invalid):
-            await self._bury(job, parsed.reason, parsed.code, task_id=parsed.task_id, reply_to=parsed.reply_to,
-                             body=claimed.body, raw=None)
+            await self._bury(job, parsed.reason, parsed.code, task_id=task_id, reply_to=parsed.reply_to,
+                             view=self._view(claimed.body))
             return None
         return parsed
 
-    async def _adopt(self, job: Job, raw: str) -> Task | None:
-        """A seed-guide producer's raw JSON: validate it, then give it a task hash and an id item."""
+    async def _adopt(self, job: Job, raw: Text) -> Task | None:
+        """A raw payload (a seed-guide producer's JSON task, or anything else): validate it, then give it a task
+        hash and an id item; a repeated push of a known id is dropped (the task it names goes on)."""
         parsed = parse_task(raw, max_bytes=self.cfg.max_task_bytes)
         if isinstance(parsed, Invalid):
             await self._bury(job, parsed.reason, parsed.code, task_id=parsed.task_id, reply_to=parsed.reply_to,
-                             body=None, raw=raw)
+                             view=self._view(raw), raw=True)
             return None
         attempts = await self._redis("adopt", self.queue.adopt, raw, parsed.id, parsed.body(),
                                      ttl=self.cfg.task_ttl_seconds, lease_s=self.cfg.lease_seconds)
         if attempts is None:
             return None  # a reaper took it back meanwhile
+        if attempts == 0:
+            metrics.TASKS.labels(metrics.kind_label(parsed.kind.name), "duplicate").inc()
+            event(log, "task_duplicate", id=parsed.id, why="a raw push of a known id: the existing task stands")
+            return None
         job.item, job.attempts = parsed.id, attempts
         return parsed
+
+    def _view(self, payload: Text) -> str:
+        return payload_view(payload, logs.redact, max_bytes=self.cfg.max_task_bytes)
 
     async def _solve(self, job: Job, task: Task) -> None:
         cfg = self.cfg
@@ -403,7 +478,7 @@ class Worker:
 
     async def _give_up(self, job: Job, task: Task, attempts: int, last_error: str) -> None:
         await self._bury(job, f"gave up after {attempts} attempts (last: {last_error})", "MAX_ATTEMPTS_EXCEEDED",
-                         task_id=task.id, reply_to=task.reply_to, body=task.body(), raw=None)
+                         task_id=task.id, reply_to=task.reply_to, view=self._view(task.body()))
 
     # -- outcomes -----------------------------------------------------------------------------------------
     async def _finish(self, job: Job, task: Task | None, result: Result, stats: SolveStats | None = None,
@@ -426,31 +501,44 @@ class Worker:
         if won and solved_at is not None and stats is not None and stats.started_at is not None:
             metrics.SOLVE_DURATION.labels(label).observe(solved_at - stats.started_at)
             metrics.TOKEN_AGE.observe(max(0.0, time.time() - solved_at))
-        if won and self.cfg.compat_results_hash:
-            await self._redis("compat_results", self.queue.write_seed_result, full)
+        if won:
+            await self._seed_result(full)
         event(log, "task_done", logging.DEBUG, id=result.id, kind=label, status=outcome, code=result.code,
               attempts=job.attempts, api_calls=full.api_calls, seconds=round(finished - job.claimed_at, 3))
 
     async def _bury(self, job: Job, reason: str, code: str, *, task_id: str | None, reply_to: str | None,
-                    body: str | None, raw: str | None) -> None:
-        entry = dead_entry(reason=reason, code=code, task_id=task_id, body=body, raw=raw, attempts=job.attempts)
+                    view: str | None, status: Status = Status.ERROR, raw: bool = False) -> None:
+        """Dead-letter the job's item; `view` is already redacted. With a task id, its producer gets a result
+        with this code (`raw`: only when no task of that id exists, see Queue.bury)."""
+        entry = dead_entry(reason=reason, code=code, task_id=task_id, view=view, attempts=job.attempts)
         result = None
         if task_id is not None:
-            result = Result(task_id, Status.ERROR, kind=job.task.kind.name if job.task else None, code=code,
+            result = Result(task_id, status, kind=job.task.kind.name if job.task else None, code=code,
                             text=reason, attempts=job.attempts,
                             timings=Timings(claimed_at=job.claimed_at, finished_at=time.time()))
-        await self._redis("bury", self.queue.bury, job.item, entry, result=result, reply_to=reply_to,
-                          dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
-                          reply_ttl=REPLY_TTL_S)
+        done = await self._redis("bury", self.queue.bury, job.item, entry, result=result, reply_to=reply_to,
+                                 dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
+                                 reply_ttl=REPLY_TTL_S, raw=raw)
+        if done is None or not done[0]:
+            return  # no longer ours (a reaper took it back after a stall): its next claim settles it
         metrics.TASKS.labels(job.kind_label, "dead_lettered").inc()
+        metrics.DEAD_LETTERS.labels(metrics.dead_letter_label(code)).inc()
         event(log, "task_dead_lettered", logging.WARNING, id=task_id, code=code, reason=reason,
               attempts=job.attempts)
+        if result is not None and done[1]:
+            await self._seed_result(result)
+
+    async def _seed_result(self, result: Result) -> None:
+        """COMPAT_RESULTS_HASH: the result in the seed guide's shape, in its `captcha:results` hash."""
+        if self.cfg.compat_results_hash:
+            await self._redis("compat_results", self.queue.write_seed_result, result.id,
+                              seed_entry(result, self.id), ttl=self.cfg.result_ttl_seconds)
 
     async def _release(self, job: Job, *, refund: bool, front: bool, why: str) -> None:
         await self._redis("release", self.queue.release, job.item, refund_attempt=refund, front=front,
                           last_error=why)
         metrics.TASKS.labels(job.kind_label, "released").inc()
-        event(log, "task_released", id=_item_ref(job.item), why=why, attempt_refunded=refund)
+        event(log, "task_released", id=item_ref(job.item), why=why, attempt_refunded=refund)
 
     async def _ack_many(self, acks: list[Ack]) -> list[bool]:
         won = await self._redis("ack", self.queue.ack_many, acks, result_ttl=self.cfg.result_ttl_seconds,
@@ -533,7 +621,7 @@ class Worker:
             lost = await self._redis("renew", self.queue.renew, items, lease_s=cfg.lease_seconds) or []
             for item in lost:
                 metrics.LEASES_LOST.inc()
-                event(log, "lease_lost", logging.WARNING, item=_item_ref(item))
+                event(log, "lease_lost", logging.WARNING, item=item_ref(item))
             units = sorted(self.held)
             gone = await self._redis("budget_renew", self.queue.budget_renew, units,
                                      lease_s=cfg.lease_seconds) or []
@@ -593,37 +681,32 @@ class AckBatcher:
                     fut.set_result(w)
 
 
-def _item_ref(item: str) -> str:
-    """A loggable reference to a queue item: the id, or a marker for raw JSON (which may hold params)."""
-    return "<raw seed task>" if is_raw_item(item) else item
+def seed_entry(result: Result, worker_id: str) -> str:
+    """A result as the seed guide's consumer reads it: ``status`` success/error, ``token``, ``error``,
+    ``duration`` (seconds from submission, or from the claim, to the result) and ``worker``."""
+    solved = result.status is Status.SOLVED
+    t = result.timings
+    duration = t.total if t.total is not None else _span_or_none(t.claimed_at, t.finished_at)
+    return json.dumps({"status": "success" if solved else "error", "token": result.solution if solved else None,
+                       "error": None if solved else (result.code or result.status.value),
+                       "duration": None if duration is None else round(duration, 3), "worker": worker_id},
+                      separators=(",", ":"))
+
+
+def _span_or_none(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else max(0.0, b - a)
 
 
 @asynccontextmanager
 async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> AsyncIterator[Worker]:
     """A Worker with its Redis client and API session; both closed on exit."""
-    redis = connect_redis(cfg.redis)
-    scale = cfg.time_scale
-    retry = RetryPolicy(transient_initial_s=1.0 / scale, transient_max_s=16.0 / scale,
-                        capacity_initial_s=2.0 / scale, capacity_max_s=30.0 / scale)
+    worker_id = worker_id or default_worker_id()
+    redis = connect(cfg.redis, client_name=f"captcha-worker-{worker_id}")
     try:
-        async with CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=cfg.http_timeout_seconds, retry=retry,
-                             poll_scale=scale, max_connections=max(100, cfg.concurrency)) as api:
+        async with CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=cfg.http_timeout_seconds,
+                             poll_timeout_s=cfg.http_poll_timeout_seconds,
+                             retry=RetryPolicy.scaled(cfg.time_scale), poll_scale=cfg.time_scale,
+                             max_connections=max(100, cfg.concurrency)) as api:
             yield Worker(cfg, redis, api, worker_id=worker_id)
     finally:
         await redis.aclose()
-
-
-def connect_redis(rc: RedisConfig) -> Redis:
-    """A Redis client from the config (TLS, ACL user, password). Does not connect yet."""
-    kwargs: dict[str, object] = {"decode_responses": True, "socket_timeout": 10, "socket_connect_timeout": 5,
-                                 "health_check_interval": 15}
-    if rc.username:
-        kwargs["username"] = rc.username
-    if rc.password:
-        kwargs["password"] = rc.password.value
-    if rc.url.startswith("rediss://"):
-        if rc.tls_ca_file:
-            kwargs["ssl_ca_certs"] = rc.tls_ca_file
-        if rc.tls_insecure:
-            kwargs["ssl_cert_reqs"] = "none"
-    return Redis.from_url(rc.url, **kwargs)  # type: ignore[arg-type]

@@ -51,6 +51,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "queue.taskTtlSeconds": {"type": "integer", "minimum": 1},
     "queue.deadLetterMax": {"type": "integer", "minimum": 1},
     "queue.maxTaskBytes": {"type": "integer", "minimum": 1},
+    "compat.queueList": {"type": "string", "maxLength": 256, "pattern": r"^\S*$"},
     "image.repository": {"type": "string", "minLength": 1},
     "image.tag": {"type": "string"},
     "image.digest": {"type": "string", "pattern": r"^(sha256:[a-f0-9]{64})?$"},

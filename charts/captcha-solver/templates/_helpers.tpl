@@ -294,6 +294,7 @@ else a new random one. `helm template` has no cluster, so it generates a new one
 -}}
 {{- $url := include "captcha-solver.captchaaiUrl" . -}}
 {{- if $url }}{{- $_ := set $cfg "CAPTCHAAI_URL" $url -}}{{- end -}}
+{{- with .Values.compat.queueList }}{{- $_ := set $cfg "COMPAT_QUEUE_LIST" . -}}{{- end -}}
 {{- if eq (include "captcha-solver.redis.tls" .) "true" -}}
 {{- $_ := set $cfg "REDIS_TLS_INSECURE" (toString .Values.externalRedis.tls.insecureSkipVerify) -}}
 {{- if .Values.externalRedis.tls.caSecret -}}

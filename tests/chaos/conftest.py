@@ -1,0 +1,119 @@
+"""The chaos suite's plumbing: every test here runs real processes only (its own redis-server, `captcha-worker
+simulator`, `captcha-worker run` workers) and records one row of docs/reliability.md.
+
+A row is printed (run with ``-s`` to see it) and, when ``CHAOS_REPORT`` names a file, appended to it as a JSON
+line: ``CHAOS_REPORT=/tmp/rows.jsonl .venv/bin/pytest tests/chaos -s``. Figures are recorded, never asserted as
+timings; what is asserted is the outcome of every item (solved once, or dead-lettered with a reason, nothing lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import KEY, free_port
+from procs import RedisServer
+from redis.asyncio import Redis
+
+from captcha_worker.queue import Keys
+from captcha_worker.task import Result
+
+KEYS = Keys("captcha")
+TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
+SPEED = "20"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.chaos)
+            item.add_marker(pytest.mark.slow)
+
+
+@dataclass
+class Row:
+    """One scenario's figures (a row of docs/reliability.md)."""
+
+    scenario: str
+    submitted: int
+    solved: int
+    dead_lettered: int
+    lost: int
+    delivered_twice: int
+    peak_in_flight: int
+    budget: int
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def record(self) -> None:
+        line = json.dumps(asdict(self))
+        print(f"\nchaos row: {line}")
+        path = os.environ.get("CHAOS_REPORT")
+        if path:
+            with open(path, "a") as f:
+                f.write(line + "\n")
+
+
+def worker_env(redis_url: str, sim_url: str, **extra: str) -> dict[str, str]:
+    env = {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim_url, "CAPTCHAAI_THREADS": "20",
+           "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": SPEED, "LEASE_SECONDS": "3", "LOG_LEVEL": "info",
+           "DRAIN_GRACE_SECONDS": "10", "DEAD_LETTER_MAX": "100000"}
+    env.update(extra)
+    return env
+
+
+def task_body(task_id: str, reply_to: str, params: dict[str, str] | None = None) -> str:
+    return json.dumps({"id": task_id, "method": "turnstile", "params": params or TURNSTILE,
+                       "submitted_at": time.time(), "reply_to": reply_to})
+
+
+@pytest.fixture
+def rs(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test alone (AOF, fsync always), so it may be stopped, killed, starved."""
+    d = tmp_path / "redis"
+    d.mkdir()
+    server = RedisServer(free_port(), str(d))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def admin(rs: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(rs.url, decode_responses=True)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if await predicate():
+                return
+        except OSError:
+            pass
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def replies(admin: Redis, reply_to: str) -> collections.Counter[str]:
+    """Result notifications per task id pushed to a producer's reply list (more than one = delivered twice)."""
+    raw = await admin.lrange(KEYS.reply(reply_to), 0, -1)
+    return collections.Counter(Result.from_json(r).id for r in raw)
+
+
+def crashes(procs: list[Any]) -> int:
+    return sum(len(p.events("loop_crashed")) + len(p.events("job_crashed")) for p in procs)

@@ -1,0 +1,67 @@
+"""The seed guide's producers and consumers, unchanged, against the workers: RPUSH raw JSON onto `captcha:queue`
+(LPUSH for priority), poll `HGET captcha:results <id>` for ``status == "success"`` and ``token``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from pathlib import Path
+
+import redis as sync_redis
+from procs import RedisServer, simulator, workers
+from redis.asyncio import Redis
+
+from captcha_worker.queue import SEED_QUEUE_LIST, SEED_RESULTS_HASH
+
+from .conftest import KEYS, SPEED, TURNSTILE, Row, crashes, wait_until, worker_env
+
+
+class GuideQueue:
+    """What the guide's producer does (redis-py, sync, nothing of this package)."""
+
+    def __init__(self, url: str) -> None:
+        self.redis = sync_redis.from_url(url)
+
+    def submit(self, method: str, params: dict[str, str], priority: str = "normal") -> str:
+        task_id = str(uuid.uuid4())[:8]
+        task = {"id": task_id, "method": method, "params": params, "submitted_at": time.time(), "priority": priority}
+        (self.redis.lpush if priority == "high" else self.redis.rpush)(SEED_QUEUE_LIST, json.dumps(task))
+        return task_id
+
+    def get_result(self, task_id: str) -> dict[str, object] | None:
+        raw = self.redis.hget(SEED_RESULTS_HASH, task_id)
+        return json.loads(raw) if raw else None
+
+
+async def test_seed_guide_producers_and_consumers_work_unchanged(
+        rs: RedisServer, admin: Redis, tmp_path: Path) -> None:
+    n, bad = 100, 5
+    with simulator(tmp_path, "--threads", "30", "--speed", SPEED, "--seed", "12") as sim:
+        env = worker_env(rs.url, sim.url, COMPAT_QUEUE_LIST=SEED_QUEUE_LIST, COMPAT_RESULTS_HASH="true",
+                         RESULT_TTL_SECONDS="600")
+        guide = GuideQueue(rs.url)
+        with workers(2, env, tmp_path) as procs:
+            ids = [guide.submit("turnstile", TURNSTILE, "high" if i % 10 == 0 else "normal") for i in range(n)]
+            rejected = [guide.submit("hcaptcha", {"sitekey": "s", "pageurl": "https://e"}) for _ in range(bad)]
+
+            async def all_answered() -> bool:
+                return all(await asyncio.to_thread(lambda: [guide.get_result(i) for i in ids + rejected]))
+
+            await wait_until(all_answered, 60, "every guide task answered in captcha:results")
+            results = {i: guide.get_result(i) for i in ids + rejected}
+            ttl = await admin.ttl(SEED_RESULTS_HASH)
+            alive = all(p.alive() for p in procs)
+        stats = sim.stats()
+    solved = [i for i in ids if results[i] and results[i]["status"] == "success" and results[i]["token"]]
+    Row("seed-guide-compat", n + bad, len(solved), await admin.llen(KEYS.dead), n + bad - len(results),
+        0, stats["max_in_flight"], 20, {"compat_queue_list": SEED_QUEUE_LIST, "results_hash_ttl_s": ttl,
+                                        "rejected_status": sorted({str(results[i]["status"]) for i in rejected})}
+        ).record()
+    assert len(solved) == n and alive and crashes(procs) == 0
+    assert all(results[i]["error"] == "UNSUPPORTED_METHOD" and results[i]["status"] == "error" for i in rejected)
+    assert set(results[ids[0]]) == {"status", "token", "error", "duration", "worker"}
+    assert 0 < ttl <= 600, "captcha:results is bounded"
+    assert await admin.llen(SEED_QUEUE_LIST) == 0 and await admin.llen(KEYS.processing) == 0
+    assert await admin.llen(KEYS.dead) == bad

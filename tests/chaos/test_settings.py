@@ -1,0 +1,92 @@
+"""Every command honours the Redis settings `run` honours (one connection factory): an ACL user with a password,
+over TLS with a private CA. Without the CA, or with a wrong password, each says so in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis as sync_redis
+from helpers import free_port, redis_server_binary, run_cli, wait_port
+from procs import simulator, workers
+
+from .conftest import SPEED, Row, crashes, worker_env
+
+
+def _certs(d: Path) -> Path:
+    """A throw-away CA and a server certificate for 127.0.0.1 (trustme)."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_pem.write_to_path(str(d / "server.key"))
+    cert.cert_chain_pems[0].write_to_path(str(d / "server.crt"))
+    ca.cert_pem.write_to_path(str(d / "ca.crt"))
+    return d / "ca.crt"
+
+
+@pytest.fixture
+def tls_redis(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """redis-server on TLS only, the default user off, an ACL user `captcha` with a password."""
+    d = tmp_path / "tls"
+    d.mkdir()
+    ca = _certs(d)
+    port = free_port()
+    proc = subprocess.Popen([redis_server_binary(), "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+                             "--tls-cert-file", "server.crt", "--tls-key-file", "server.key", "--tls-ca-cert-file",
+                             "ca.crt", "--tls-auth-clients", "no", "--save", "", "--dir", str(d),
+                             "--user", "default", "off", "--user", "captcha", "on", ">s3cret-acl-pw", "~*", "&*",
+                             "+@all"], cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                sync_redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(ca), username="captcha",
+                                 password="s3cret-acl-pw").ping()
+                break
+            except sync_redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield port, ca
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_every_command_honours_username_password_and_tls_ca(tls_redis: tuple[int, Path], tmp_path: Path) -> None:
+    port, ca = tls_redis
+    redis_env = {"REDIS_URL": f"rediss://127.0.0.1:{port}/0", "REDIS_USERNAME": "captcha",
+                 "REDIS_PASSWORD": "s3cret-acl-pw", "REDIS_TLS_CA_FILE": str(ca)}
+    with simulator(tmp_path, "--threads", "20", "--speed", SPEED) as sim:
+        env = {**worker_env("unused", sim.url), **redis_env}
+        with workers(1, env, tmp_path) as procs:
+            submitted = run_cli("submit", "turnstile", "-p", "sitekey=0x4AAA", "-p", "pageurl=https://e.com",
+                                "--id", "tls-1", "--wait", "--timeout", "60", env=redis_env)
+            waited = run_cli("wait", "tls-1", "--timeout", "10", env=redis_env)
+            stats = run_cli("stats", "--json", env=redis_env)
+            dead = run_cli("dead-letters", "list", "--json", env=redis_env)
+            check = run_cli("check", "--json", env=env)
+            no_ca = run_cli("stats", env={**redis_env, "REDIS_TLS_CA_FILE": ""})
+            wrong_pw = run_cli("stats", env={**redis_env, "REDIS_PASSWORD": "nope"})
+            alive = procs[0].alive()
+        sim_stats = sim.stats()
+    results = [submitted, waited, stats, dead, check]
+    Row("cli-redis-settings", 1, int(json.loads(waited.stdout)["status"] == "solved"), 0, 0, 0,
+        sim_stats["max_in_flight"], 20, {"commands_ok": sum(r.returncode == 0 for r in results),
+                                         "commands": len(results), "no_ca": no_ca.stderr.strip(),
+                                         "wrong_password": wrong_pw.stderr.strip()}).record()
+    for r in results:
+        assert r.returncode == 0, (r.args, r.stdout, r.stderr)
+    assert json.loads(submitted.stdout)["status"] == "solved" and json.loads(waited.stdout)["status"] == "solved"
+    assert json.loads(stats.stdout)["workers_alive"] == 1
+    assert all(c["ok"] for c in json.loads(check.stdout)["checks"])
+    assert no_ca.returncode == 1 and len(no_ca.stderr.strip().splitlines()) == 1 and "REDIS_TLS_CA_FILE" in no_ca.stderr
+    assert wrong_pw.returncode == 1 and "refusing our credentials" in wrong_pw.stderr
+    assert "s3cret-acl-pw" not in no_ca.stderr + wrong_pw.stderr + check.stdout
+    assert alive and crashes(procs) == 0

@@ -1,0 +1,191 @@
+"""Processes the tests start: redis-server, `captcha-worker run` workers and `captcha-worker simulator` (import as
+`from procs import ...`). Each is stopped by its own handle, never by name."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis as sync_redis
+from helpers import ROOT, cli_env, free_port, redis_server_binary, wait_port
+
+
+@dataclass
+class RedisServer:
+    """A real redis-server on a free port, with AOF so a restart keeps the data."""
+
+    port: int
+    dir: str
+    proc: subprocess.Popen[bytes] | None = None
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", *self.extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+        client = sync_redis.Redis(port=self.port)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                client.ping()
+                break
+            except sync_redis.exceptions.BusyLoadingError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(15)
+        self.proc = None
+
+    def restart(self, down_for: float = 0.0) -> None:
+        self.stop()
+        time.sleep(down_for)
+        self.start()
+
+
+class WorkerProc:
+    """One `captcha-worker run` process; `start()` again after a kill starts a new one (logs are kept)."""
+
+    def __init__(self, name: str, env: dict[str, str], logdir: Path) -> None:
+        self.name, self.env, self.logdir = name, env, logdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.metrics_port = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = open(self.logdir / f"{self.name}.{self.starts}.log", "wb")
+        self.metrics_port = free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"],
+                                     env=cli_env(**self.env, METRICS_PORT=str(self.metrics_port),
+                                                 METRICS_HOST="127.0.0.1"),
+                                     stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        log.close()
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def logs(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in sorted(self.logdir.glob(f"{self.name}.*.log")))
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The JSON log lines of every run of this worker (optionally only events called `name`)."""
+        out = []
+        for line in self.logs().splitlines():
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and (name is None or data.get("event") == name):
+                out.append(data)
+        return out
+
+    def http(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of one series on /metrics (0 when absent)."""
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        pattern = re.compile(rf"^{re.escape(name)}(\{{([^}}]*)\}})? (\S+)$", re.M)
+        total = 0.0
+        for m in pattern.finditer(self.http("/metrics")[1]):
+            got = ",".join(sorted((m.group(2) or "").split(","))) if m.group(2) else ""
+            if not labels or got == want:
+                total += float(m.group(3))
+        return total
+
+
+@contextmanager
+def workers(n: int, env: dict[str, str], logdir: Path) -> Iterator[list[WorkerProc]]:
+    procs = [WorkerProc(f"w{i}", env, logdir) for i in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            if p.alive():
+                p.signal(signal.SIGKILL)
+                p.wait(10)
+
+
+class SimProc:
+    """`captcha-worker simulator` as a process, configured and read over its /_sim/ endpoints."""
+
+    def __init__(self, logdir: Path, *args: str) -> None:
+        self.port = free_port()
+        self.log = open(logdir / "simulator.log", "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "simulator", "--port",
+                                      str(self.port), *args], env=cli_env(), stdout=self.log,
+                                     stderr=subprocess.STDOUT, cwd=ROOT)
+        wait_port(self.port)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}/_sim/{path}", data=data, method="GET" if data is None else "POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            result: dict[str, Any] = json.loads(resp.read() or b"{}")
+            return result
+
+    def configure(self, **patch: Any) -> None:
+        self._call("config", patch)
+
+    def stats(self) -> dict[str, Any]:
+        return self._call("stats")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+
+
+@contextmanager
+def simulator(logdir: Path, *args: str) -> Iterator[SimProc]:
+    sim = SimProc(logdir, *args)
+    try:
+        yield sim
+    finally:
+        sim.stop()
