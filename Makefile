@@ -21,6 +21,7 @@ $(VENV)/.installed: pyproject.toml scripts/bootstrap-python.sh
 
 tools: venv
 	scripts/install-tools.sh
+	scripts/chart-dependency.sh
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench

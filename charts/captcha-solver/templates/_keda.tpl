@@ -1,0 +1,47 @@
+{{/* vim: set filetype=mustache: */}}
+{{/* The thread budget, the replica bounds it gives, and how the ScaledObject measures demand. */}}
+
+{{/* The plan's cap on worker replicas: floor(threads / concurrency). */}}
+{{- define "captcha-solver.replicaCap" -}}
+{{- div (int .Values.captchaai.threads) (int .Values.worker.concurrency) -}}
+{{- end -}}
+
+{{/* KEDA maxReplicaCount: the cap, or a lower explicit keda.scaledObject.maxReplicaCount. */}}
+{{- define "captcha-solver.maxReplicaCount" -}}
+{{- $cap := include "captcha-solver.replicaCap" . | int -}}
+{{- $explicit := .Values.keda.scaledObject.maxReplicaCount -}}
+{{- if kindIs "invalid" $explicit -}}{{ $cap }}{{- else -}}{{ int $explicit }}{{- end -}}
+{{- end -}}
+
+{{/* The least number of worker pods: KEDA min, or fixed replicas. */}}
+{{- define "captcha-solver.minReplicas" -}}
+{{- if .Values.keda.enabled -}}{{ int .Values.keda.scaledObject.minReplicaCount }}{{- else -}}{{ int .Values.worker.replicas }}{{- end -}}
+{{- end -}}
+
+{{/* The most worker pods that may run at once: KEDA max, or fixed replicas. */}}
+{{- define "captcha-solver.maxReplicas" -}}
+{{- if .Values.keda.enabled -}}{{ include "captcha-solver.maxReplicaCount" . }}{{- else -}}{{ int .Values.worker.replicas }}{{- end -}}
+{{- end -}}
+
+{{/*
+The worker Deployment's spec.replicas while KEDA scales it: the count the cluster runs now, read back (lookup), so
+that `helm upgrade` never resets it -- neither on the switch keda.enabled false -> true (the previous manifest had
+`replicas`, and Helm 3's three-way merge and Helm 4's server-side apply would both drop it to the default 1) nor on
+any later upgrade. "" on a first install and in `helm template` (no cluster): the field is then left out.
+*/}}
+{{- define "captcha-solver.worker.liveReplicas" -}}
+{{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (include "captcha-solver.worker.fullname" .) -}}
+{{- if and $live (hasKey (default dict $live.spec) "replicas") -}}
+{{- int $live.spec.replicas -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+One demand metric for the HPA: pending + processing, in slots (target = worker.concurrency per replica). Two
+triggers would each give the HPA a replica count and the HPA takes the larger, not the sum: 2 full pods plus 9
+pending stayed at 2. The formula is 0 below the activation (nothing in flight and at most activationListLength
+pending), so KEDA scales to zero exactly as a single pending trigger with that activation would.
+*/}}
+{{- define "captcha-solver.keda.formula" -}}
+{{- printf "pending > %d || processing > 0 ? pending + processing : 0" (int .Values.keda.scaledObject.activationListLength) -}}
+{{- end -}}
