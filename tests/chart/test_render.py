@@ -338,3 +338,20 @@ def test_prometheus_rules_render(helm: str, renderings: dict[tuple[str, str], Re
     text = re.sub(r"\{\{\s*\$(labels|value)\b", "", " ".join(yaml.safe_dump(rule, width=10**6).split()))
     assert "{{" not in text, "template syntax left in the rules"
     assert all(r["expr"].count("captcha_solver_") for r in rules)
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_a_chart_bump_restarts_no_pod(helm: str, tmp_path: Path, helm_env: dict[str, str]) -> None:
+    """Bumping version and appVersion (the image tag pinned) changes no pod template: no label, no checksum."""
+    bumped = chart_copy(tmp_path)
+    meta = bumped / "Chart.yaml"
+    meta.write_text(re.sub(r"(?m)^(version|appVersion): .*$", r'\1: "9.9.9"', meta.read_text()))
+
+    def templates(chart: Path) -> dict[str, dict]:
+        out = run(template_cmd(helm, chart, "simulator-staging", "--set", "image.tag=0.1.0"), env=helm_env).stdout
+        return {f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]
+                for d in Rendering(helm, "bump", out).docs if d["kind"] in ("Deployment", "StatefulSet")}
+
+    before, after = templates(CHART), templates(bumped)
+    assert len(before) == 3  # worker, simulator, Redis
+    assert before == after
