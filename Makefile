@@ -5,13 +5,14 @@ VENV  := .venv
 TOOLS := $(CURDIR)/.tools
 export PATH := $(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help test demo venv tools lint unit chart e2e bench bench-smoke clean
+.PHONY: help test demo venv tools lint unit chart e2e e2e-pods bench bench-smoke clean
 
 help:
 	@echo "make demo   - run the whole thing locally: redis + simulator + workers + producer, with a summary"
 	@echo "make test   - install what the tests need (python deps, redis-server, prometheus, helm v3/v4, kubeconform,"
 	@echo "              helm-unittest, checkov, hadolint) and run every test"
 	@echo "make e2e    - chart on a real kube-apiserver + KEDA operator (builds them into .tools/ once)"
+	@echo "make e2e-pods - chart + KEDA's chart on a one-node cluster whose pods run: 0 -> N -> 0, helm 3 and 4 (root)"
 	@echo "make bench  - benchmarks; results in bench/results/, quoted in docs/benchmarks.md"
 
 venv: $(VENV)/.installed
@@ -36,6 +37,9 @@ demo: venv
 
 e2e: venv tools
 	tests/e2e/run.sh
+
+e2e-pods: venv tools
+	tests/e2e/pods.sh
 
 bench: venv tools
 	$(VENV)/bin/python -m bench.run
