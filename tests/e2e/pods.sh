@@ -11,7 +11,8 @@
 #   4. teardown, also on failure or Ctrl-C: every process, mount, cgroup, the bridge, iptables/nft rules, sysctls
 #
 # Env: E2E_HELMS="helm3 helm4", E2E_PODS_SCENARIOS="1 switch 3 4" (add 2 for the plan-change scenario, which
-#      waits for issue 12), E2E_KEEP=1 (leave the cluster up: E2E_CLUSTER=pods tests/e2e/cluster.sh down).
+#      waits for issue 12), E2E_KEEP=1 (leave the cluster up: E2E_CLUSTER=pods tests/e2e/cluster.sh down),
+#      E2E_PODS_CHART=<dir> (the scenarios against another copy of the chart).
 # Results: .tools/e2e/results/pods/ (figures.json, helm outputs, worker logs, component logs on failure).
 # Runs under flock /tmp/captcha-e2e.lock: one cluster run on the machine at a time. Needs root (containerd, kubelet).
 set -euo pipefail
