@@ -323,13 +323,18 @@ def watching(rel: Release, tag: str) -> Iterator[tuple[Watch, Watch, LogFollower
 
 
 def check_clean_exits(pods: Watch, logs: LogFollower, figures: dict[str, Any]) -> None:
-    """Every worker container that stopped exited 0 (137 = SIGKILL, e.g. after the grace period), and no drain ran
-    out of time (a worker that had to cancel solves logs drain_grace_exceeded)."""
+    """Every worker container that stopped exited 0 (137 = SIGKILL, e.g. at the end of the grace period), and no
+    drain ran out of time (a worker that had to cancel solves logs drain_grace_exceeded). One exception: SIGTERM
+    before the worker installed its handler ends it at once (143, dumb-init passes the status on); it had claimed
+    nothing yet (no worker_started in its log)."""
     exits = {pod: c["worker"] for pod, c in pods.terminations().items() if "worker" in c}
-    bad = {pod: f"{t.get('exitCode')} {t.get('reason', '')}" for pod, t in exits.items() if t.get("exitCode") != 0}
+    started = {e["pod"] for e in logs.events("worker_started")}
+    early = {pod for pod, t in exits.items() if t.get("exitCode") == 143 and pod not in started}
+    bad = {pod: f"{t.get('exitCode')} {t.get('reason', '')}" for pod, t in exits.items()
+           if t.get("exitCode") != 0 and pod not in early}
     draining = logs.events("draining")
     exceeded = logs.events("drain_grace_exceeded")
-    figures.update(workers_stopped=len(exits), workers_exit_nonzero=len(bad),
+    figures.update(workers_stopped=len(exits), workers_exit_nonzero=len(bad), workers_stopped_while_starting=len(early),
                    drains_with_solves_in_flight=len(draining),
                    solves_in_flight_at_sigterm=sum(int(e.get("jobs", 0)) for e in draining),
                    drains_out_of_time=len(exceeded))
