@@ -334,6 +334,9 @@ def check_clean_exits(pods: Watch, logs: LogFollower, figures: dict[str, Any]) -
            if t.get("exitCode") != 0 and pod not in early}
     draining = logs.events("draining")
     exceeded = logs.events("drain_grace_exceeded")
+    if bad:  # keep what the watch saw of them: the pods are gone by now
+        seen = [obj for _, _, obj in pods.events if obj.get("metadata", {}).get("name") in bad]
+        (logs.dir / "bad-exits.json").write_text(json.dumps(seen, indent=1))
     figures.update(workers_stopped=len(exits), workers_exit_nonzero=len(bad), workers_stopped_while_starting=len(early),
                    drains_with_solves_in_flight=len(draining),
                    solves_in_flight_at_sigterm=sum(int(e.get("jobs", 0)) for e in draining),
@@ -462,7 +465,41 @@ def scenario_3(rel: Release) -> dict[str, Any]:
     f["rollback"] = f"to revision {before}: template restored, ScaledObject Ready"
     say(f"{rel.helm}: 3: helm test --logs ok; rollback to {before} restored the pod template")
     f["delete_pod"] = delete_pod_mid_solve(rel)
+    f["delete_while_starting"] = delete_while_starting(rel)
     f["redis_restart"] = restart_redis(rel)
+    return f
+
+
+def delete_while_starting(rel: Release) -> dict[str, Any]:
+    """A worker pod deleted the moment its container starts (before Python can have installed its SIGTERM handler)
+    ends at once. Without an init as PID 1 the kernel dropped that SIGTERM: the worker ran on, claiming tasks, until
+    the kubelet's SIGKILL at the end of the grace period."""
+    pod = kjson("-n", rel.ns, "get", "deploy", rel.worker)["spec"]["template"]
+    pod["metadata"] = {"name": "worker-startup-stop", "namespace": rel.ns,
+                       "labels": {"app.kubernetes.io/component": "startup-stop"}}
+    pod["spec"]["restartPolicy"] = "Never"
+    run("kubectl", "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "Pod", **pod}))
+    wait_until(60, "the pod's container running", lambda: bool(kjson("-n", rel.ns, "get", "pod", "worker-startup-stop")[
+        "status"].get("containerStatuses", [{}])[0].get("state", {}).get("running")), interval=0.1)
+    t = time.monotonic()
+    kubectl("-n", rel.ns, "delete", "pod", "worker-startup-stop", "--wait=false")
+    term: dict[str, Any] = {}
+
+    def terminated() -> bool:
+        obj = kjson("-n", rel.ns, "get", "pod", "worker-startup-stop")
+        term.update(obj["status"]["containerStatuses"][0]["state"].get("terminated") or {})
+        return bool(term)
+
+    with contextlib.suppress(Failure):
+        wait_until(90, "the container terminated", terminated, interval=0.2)
+    f = {"stopped_s": round(time.monotonic() - t, 1), "exit_code": term.get("exitCode"),
+         "grace_s": pod["spec"]["terminationGracePeriodSeconds"]}
+    wait_until(90, "the pod gone", lambda: kubectl("-n", rel.ns, "get", "pod", "worker-startup-stop",
+                                                  check=False).returncode != 0)
+    expect(f["exit_code"] in (0, 143) and f["stopped_s"] < 20,
+           f"a worker stopped while starting took {f['stopped_s']}s and exited {f['exit_code']} (SIGKILL: 137)")
+    say(f"{rel.helm}: 3: a worker deleted as its container started exited {f['exit_code']} after {f['stopped_s']}s "
+        f"(grace {f['grace_s']}s)")
     return f
 
 

@@ -13,7 +13,8 @@
 # Env: E2E_HELMS="helm3 helm4", E2E_PODS_SCENARIOS="1 switch 3 4" (add 2 for the plan-change scenario, which
 #      waits for issue 12), E2E_KEEP=1 (leave the cluster up: E2E_CLUSTER=pods tests/e2e/cluster.sh down),
 #      E2E_PODS_CHART=<dir> (the scenarios against another copy of the chart).
-# Results: .tools/e2e/results/pods/ (figures.json, helm outputs, worker logs, component logs on failure).
+# Results: .tools/e2e/results/pods/ (figures.json, helm outputs, worker logs, component logs; the run before in
+# .tools/e2e/results/pods.previous/).
 # Runs under flock /tmp/captcha-e2e.lock: one cluster run on the machine at a time. Needs root (containerd, kubelet).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,7 +31,7 @@ SCENARIOS=${E2E_PODS_SCENARIOS:-1 switch 3 4}
 RESULTS=$ROOT/.tools/e2e/results/pods
 T0=$SECONDS
 [ "$(id -u)" = 0 ] || fail "e2e-pods runs containerd and a kubelet: it needs root"
-rm -rf "$RESULTS"; mkdir -p "$RESULTS"
+rm -rf "$RESULTS.previous"; [ -d "$RESULTS" ] && mv "$RESULTS" "$RESULTS.previous"; mkdir -p "$RESULTS"
 export HELM_CACHE_HOME=$RESULTS/.helm/cache HELM_CONFIG_HOME=$RESULTS/.helm/config HELM_DATA_HOME=$RESULTS/.helm/data
 
 cleanup() {
