@@ -182,6 +182,7 @@ class Release:
     image_tag: str
     results: Path
     name: str = "cs"
+    sets: tuple[str, ...] = ()
     figures: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -199,14 +200,16 @@ class Release:
         kubectl("create", "namespace", self.ns)
         # the chart's pods meet the restricted Pod Security profile: enforce it
         kubectl("label", "namespace", self.ns, "pod-security.kubernetes.io/enforce=restricted")
-        self._persistent_volume()
+        if "redis.persistence.enabled=false" not in self.sets:
+            self._persistent_volume()
         t = time.monotonic()
-        out = self.helm_cmd("install", self.name, str(CHART), "-f", str(VALUES), "--set", f"image.tag={self.image_tag}",
+        sets = [a for v in (f"image.tag={self.image_tag}", *self.sets) for a in ("--set", v)]
+        out = self.helm_cmd("install", self.name, str(CHART), "-f", str(VALUES), *sets,
                             "--wait", "--timeout", "5m").stdout
-        (self.results / f"{self.helm}-install.out").write_text(out)
+        (self.results / f"{self.helm}-{self.ns}-install.out").write_text(out)
         self.figures["install_s"] = round(time.monotonic() - t, 1)
         say(f"{self.helm}: installed {self.name} in {self.ns} in {self.figures['install_s']}s "
-            f"(Redis with persistence on a hostPath PV, simulator, KEDA on)")
+            f"({' '.join(self.sets) or 'Redis with persistence on a hostPath PV, simulator, KEDA on'})")
 
     def _persistent_volume(self) -> None:
         path = Path(os.environ["E2E_PV_DIR"]) / self.ns
@@ -235,6 +238,8 @@ class Release:
 
     def uninstall(self) -> None:
         self.helm_cmd("uninstall", self.name, "--wait", "--timeout", "3m")
+        left = kubectl("-n", self.ns, "get", "scaledobjects,hpa,deploy,statefulsets", "-o", "name").stdout.split()
+        expect(not left, f"helm uninstall left {left}")
         kubectl("delete", "namespace", self.ns, "--wait=true", "--timeout=180s")
         kubectl("delete", "pv", f"{self.ns}-redis", "--ignore-not-found")
 
@@ -412,10 +417,13 @@ def scenario_1(rel: Release) -> dict[str, Any]:
     return f
 
 
-def scenario_switch(rel: Release) -> dict[str, Any]:
-    """keda.enabled false -> true (bootstrap step 2) keeps the worker count."""
+def scenario_switch(main: Release) -> dict[str, Any]:
+    """keda.enabled false -> true (bootstrap step 2) keeps the worker count: a release of its own, installed like
+    step 1 (fixed replicas), then switched."""
+    rel = Release(helm=main.helm, ns=f"{main.ns}-switch", image_tag=main.image_tag, results=main.results,
+                  sets=("keda.enabled=false", "worker.replicas=3", "redis.persistence.enabled=false"))
+    rel.install()
     f: dict[str, Any] = {"fixed_replicas": 3}
-    rel.upgrade("keda.enabled=false", "worker.replicas=3")
     wait_until(120, "3 fixed worker pods Ready", lambda: len([
         p for p in rel.worker_pods() if any(c["type"] == "Ready" and c["status"] == "True"
                                             for c in p["status"].get("conditions", []))]) == 3, interval=1)
@@ -437,6 +445,7 @@ def scenario_switch(rel: Release) -> dict[str, Any]:
     expect(f["solved"] == 60, f"{60 - f['solved']} of 60 tasks not solved across the switch: {outcome.keys()}")
     say(f"{rel.helm}: switch: keda.enabled false -> true with 3 pods: replicas {timeline} (never below 3); "
         f"60/60 solved")
+    rel.uninstall()
     return f
 
 
