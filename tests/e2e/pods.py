@@ -36,8 +36,8 @@ from typing import Any
 import redis
 
 ROOT = Path(__file__).resolve().parents[2]
-# E2E_PODS_CHART: run the scenarios against another copy of the chart (e.g. one with a defect put back, to see a
-# scenario fail); default the chart itself
+# E2E_PODS_CHART: the chart to install: pods.sh passes the `helm package` archive, or another copy of the chart (e.g.
+# one with a defect put back, to see a scenario fail); default the chart directory
 CHART = Path(os.environ.get("E2E_PODS_CHART") or ROOT / "charts" / "captcha-solver")
 VALUES = ROOT / "values-examples" / "e2e-pods.yaml"
 CLI = ROOT / ".venv" / "bin" / "captcha-worker"

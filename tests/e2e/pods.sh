@@ -7,7 +7,8 @@
 #      kubelet, kube-proxy, bridge CNI, CoreDNS; images built by images.sh and imported)
 #   2. KEDA from its real chart (charts/captcha-solver/charts/keda-<v>.tgz, the chart's own dependency): image
 #      overrides only (the locally built images; pullPolicy Never as nothing can be pulled)
-#   3. the scenarios (tests/e2e/pods.py) with helm3 and helm4, one release each
+#   3. the scenarios (tests/e2e/pods.py) with helm3 and helm4, one release each, installing the archive that
+#      `helm package` makes of the chart (it carries the KEDA dependency)
 #   4. teardown, also on failure or Ctrl-C: every process, mount, cgroup, the bridge, iptables/nft rules, sysctls
 #
 # Env: E2E_HELMS="helm3 helm4", E2E_PODS_SCENARIOS="1 switch 3 4" (add 2 for the plan-change scenario, which
@@ -89,5 +90,9 @@ say "KEDA $(kubectl -n keda get deploy keda-operator -o jsonpath='{.spec.templat
 
 say "== 3. scenarios ($SCENARIOS) with ${HELMS[*]}"
 tag=$(img worker); tag=${tag##*:}
-E2E_PV_DIR=$(cluster_state)/pv "$ROOT/.venv/bin/python" "$HERE/pods.py" --helms "$(IFS=,; echo "${HELMS[*]}")" \
+# the chart as users get it: the archive `helm package` makes, which carries the KEDA dependency
+helm3 package "$ROOT/charts/captcha-solver" --destination "$RESULTS" >/dev/null
+chart=${E2E_PODS_CHART:-$(ls "$RESULTS"/captcha-solver-*.tgz)}
+say "chart: ${chart#"$ROOT"/}"
+E2E_PODS_CHART=$chart E2E_PV_DIR=$(cluster_state)/pv "$ROOT/.venv/bin/python" "$HERE/pods.py" --helms "$(IFS=,; echo "${HELMS[*]}")" \
   --scenarios "$(echo "$SCENARIOS" | tr ' ' ,)" --image-tag "$tag" --results "$RESULTS"
