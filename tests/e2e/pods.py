@@ -362,9 +362,9 @@ def check_grace(rel: Release, figures: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- scenarios
-def scenario_1(rel: Release) -> dict[str, Any]:
+def scenario_1(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     """0 -> 1 -> N -> 0 on 200 tasks, all solved, the plan never exceeded, clean exits."""
-    f: dict[str, Any] = {"tasks": 200}
+    f.update({"tasks": 200})
     wait_until(120, "worker at 0 replicas and no worker pods while idle",
                lambda: rel.spec_replicas() == 0 and not rel.worker_pods())
     n = rel.max_replica_count()
@@ -417,13 +417,13 @@ def scenario_1(rel: Release) -> dict[str, Any]:
     return f
 
 
-def scenario_switch(main: Release) -> dict[str, Any]:
+def scenario_switch(main: Release, f: dict[str, Any]) -> dict[str, Any]:
     """keda.enabled false -> true (bootstrap step 2) keeps the worker count: a release of its own, installed like
     step 1 (fixed replicas), then switched."""
     rel = Release(helm=main.helm, ns=f"{main.ns}-switch", image_tag=main.image_tag, results=main.results,
                   sets=("keda.enabled=false", "worker.replicas=3", "redis.persistence.enabled=false"))
     rel.install()
-    f: dict[str, Any] = {"fixed_replicas": 3}
+    f.update({"fixed_replicas": 3})
     wait_until(120, "3 fixed worker pods Ready", lambda: len([
         p for p in rel.worker_pods() if any(c["type"] == "Ready" and c["status"] == "True"
                                             for c in p["status"].get("conditions", []))]) == 3, interval=1)
@@ -449,8 +449,7 @@ def scenario_switch(main: Release) -> dict[str, Any]:
     return f
 
 
-def scenario_3(rel: Release) -> dict[str, Any]:
-    f: dict[str, Any] = {}
+def scenario_3(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     # a. helm test --logs: the test pod stays after success so its output can be read
     out = rel.helm_cmd("test", rel.name, "--logs", "--timeout", "3m").stdout
     (rel.results / f"{rel.helm}-test.out").write_text(out)
@@ -578,8 +577,7 @@ def restart_redis(rel: Release) -> dict[str, Any]:
     return f
 
 
-def scenario_4(rel: Release) -> dict[str, Any]:
-    f: dict[str, Any] = {}
+def scenario_4(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     rel.upgrade("networkPolicy.enabled=true", "networkPolicy.egress.enabled=true")
     names = sorted(i["metadata"]["name"] for i in kjson("-n", rel.ns, "get", "networkpolicies")["items"])
     f["network_policies"] = names
@@ -601,18 +599,19 @@ def scenario_4(rel: Release) -> dict[str, Any]:
     return f
 
 
-def scenario_2(rel: Release) -> dict[str, Any]:
+def scenario_2(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     """Plan changes while a backlog runs. The simulator is set to the plan being rolled out before each upgrade
-    (bought before raising captchaai.threads, reduced together with lowering it); the workers must never put more
-    solves in flight than that plan, during the rollout included. Today each worker enforces the CAPTCHAAI_THREADS
-    it started with (issue 12 moves the budget into Redis), so old pods keep the old limit while new ones start."""
-    f: dict[str, Any] = {}
+    (bought before raising captchaai.threads, reduced together with lowering it); from then on no worker may submit
+    a solve that finds the plan full (the simulator counts those: queued), during the rollout included. Solves
+    already in flight when the plan shrinks just finish. Today each worker enforces the CAPTCHAAI_THREADS it started
+    with (issue 12 moves the budget into Redis), so old pods keep the old limit while new ones start."""
     base = int(rel.sim("stats")["threads"])
     ids = rel.submit(300)
     wait_until(120, "the backlog at full speed", lambda: rel.spec_replicas() == rel.max_replica_count(), interval=1)
     for step, threads in (("up", base + 6), ("down", base - 4)):
         rel.sim("config", {"threads": threads})
         rel.sim("reset")
+        at_change = rel.sim("stats")["in_flight"]
         t = time.monotonic()
         rel.upgrade(f"captchaai.threads={threads}", timeout=600)
         wait_until(300, "the rollout done", lambda: kjson("-n", rel.ns, "get", "deploy", rel.worker)["status"].get(
@@ -621,10 +620,13 @@ def scenario_2(rel: Release) -> dict[str, Any]:
         time.sleep(5)
         stats = rel.sim("stats")
         f[step] = {"plan_threads": threads, "max_replica_count": rel.max_replica_count(), "hpa_max": rel.hpa_max(),
-                   "rollout_s": round(time.monotonic() - t, 1), "sim_max_in_flight": stats["max_in_flight"],
-                   "sim_queued": stats["queued"], "sim_at_cap_s": round(stats["at_cap_seconds"], 1)}
+                   "rollout_s": round(time.monotonic() - t, 1), "in_flight_at_change": at_change,
+                   "sim_max_in_flight": stats["max_in_flight"], "sim_queued": stats["queued"],
+                   "sim_over_cap_rejections": stats["over_cap_rejections"],
+                   "sim_at_cap_s": round(stats["at_cap_seconds"], 1)}
         say(f"{rel.helm}: 2 {step}: threads -> {threads}: maxReplicaCount {f[step]['max_replica_count']}, "
-            f"max in flight {stats['max_in_flight']}, {stats['queued']} submissions over the plan")
+            f"{at_change} in flight at the change, max {stats['max_in_flight']}, {stats['queued']} submissions "
+            f"found the plan full")
     outcome = rel.outcomes(ids, timeout=900)
     f["solved"] = len(outcome.get("solved", []))
     rel.sim("config", {"threads": base})
@@ -634,13 +636,14 @@ def scenario_2(rel: Release) -> dict[str, Any]:
                f"{step}: maxReplicaCount/HPA max {f[step]['max_replica_count']}/{f[step]['hpa_max']} != {threads // 2}")
     expect(f["solved"] == 300, f"{300 - f['solved']} of 300 tasks lost across the plan changes")
     for step in ("up", "down"):
-        expect(f[step]["sim_max_in_flight"] <= f[step]["plan_threads"] and f[step]["sim_queued"] == 0,
-               f"{step}: the plan of {f[step]['plan_threads']} threads was exceeded during the rollout: max in "
-               f"flight {f[step]['sim_max_in_flight']}, {f[step]['sim_queued']} submissions over it (issue 12)")
+        over = f[step]["sim_queued"] + f[step]["sim_over_cap_rejections"]
+        expect(over == 0, f"{step}: the plan of {f[step]['plan_threads']} threads was exceeded during the rollout: "
+                          f"{over} submissions found it full ({f[step]['in_flight_at_change']} in flight at the "
+                          f"change, max {f[step]['sim_max_in_flight']}) -- the budget moves into Redis in issue 12")
     return f
 
 
-SCENARIOS: dict[str, Callable[[Release], dict[str, Any]]] = {
+SCENARIOS: dict[str, Callable[[Release, dict[str, Any]], dict[str, Any]]] = {
     "1": scenario_1, "switch": scenario_switch, "3": scenario_3, "4": scenario_4, "2": scenario_2}
 
 
@@ -662,7 +665,8 @@ def main(argv: list[str]) -> int:
             for name in ns.scenarios.split(","):
                 t = time.monotonic()
                 say(f"{helm}: == scenario {name}")
-                rel.figures[name] = SCENARIOS[name](rel)
+                rel.figures[name] = {}  # filled as it goes: a failing scenario keeps what it measured
+                SCENARIOS[name](rel, rel.figures[name])
                 rel.figures[name]["duration_s"] = round(time.monotonic() - t, 1)
             rel.uninstall()
         except Exception as exc:  # a Failure, or a bug or tool error: reported the same way, then teardown
