@@ -207,6 +207,8 @@ class Release:
         out = self.helm_cmd("install", self.name, str(CHART), "-f", str(VALUES), *sets,
                             "--wait", "--timeout", "5m").stdout
         (self.results / f"{self.helm}-{self.ns}-install.out").write_text(out)
+        if "simulator.enabled=false" not in self.sets:  # `--wait` does not cover the Service's endpoints
+            wait_until(60, "the simulator answering through its Service", lambda: bool(self.sim("stats")))
         self.figures["install_s"] = round(time.monotonic() - t, 1)
         say(f"{self.helm}: installed {self.name} in {self.ns} in {self.figures['install_s']}s "
             f"({' '.join(self.sets) or 'Redis with persistence on a hostPath PV, simulator, KEDA on'})")
