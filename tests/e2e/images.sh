@@ -32,6 +32,10 @@ KEDA_VERSION=2.20.2
 COREDNS_VERSION=1.15.0
 mkdir -p "$OUT" "$LOGS"
 BUILDAH=(buildah --storage-driver vfs --root "$OUT/storage" --runroot "$OUT/run")
+# buildah's network setup would create /etc/cni/net.d; RUN steps use the host network anyway (--network host)
+mkdir -p "$OUT/cni"
+printf '[network]\nnetwork_config_dir = "%s"\n' "$OUT/cni" > "$OUT/containers.conf"
+export CONTAINERS_CONF=$OUT/containers.conf
 say() { echo "images: $*" >&2; }
 
 key() { sha256sum | cut -c1-12; }  # key < inputs
@@ -103,7 +107,7 @@ worker_image() {  # the project's Dockerfile, unmodified, on the local python ba
   if [ ! -f "$archive" ]; then
     say "worker: buildah bud Dockerfile --build-arg PYTHON_IMAGE=$base (pip reaches PyPI)"
     # pip in the build reaches PyPI only with the host's CA bundle
-    timed worker "${BUILDAH[@]}" bud --isolation chroot --pull=never --layers=false --format docker \
+    timed worker "${BUILDAH[@]}" bud --isolation chroot --network host --pull=never --layers=false --format docker \
       --build-arg "PYTHON_IMAGE=$base" -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
       -t "$img" -f "$ROOT/Dockerfile" "$ROOT"
     rm -f "$archive.tmp"

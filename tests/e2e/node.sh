@@ -20,6 +20,8 @@ CLUSTER_DNS=10.0.0.10
 CNI_BIN=${E2E_CNI_BIN:-/usr/lib/cni}
 NODE_PACKAGES=(containerd runc buildah mmdebstrap iptables nftables containernetworking-plugins conntrack)
 # sysctls the bridge CNI plugin, kubelet or kube-proxy may change: saved at net-up, restored at down
+# host paths the kubelet and libcni use whatever their configuration: removed at down when the run created them
+NODE_HOST_DIRS=(/var/lib/kubelet /var/lib/cni /var/log/containers /run/containerd)
 NODE_SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables
   net.ipv4.conf.all.route_localnet net.netfilter.nf_conntrack_max net.netfilter.nf_conntrack_tcp_timeout_established
   net.netfilter.nf_conntrack_tcp_timeout_close_wait kernel.panic kernel.panic_on_oops vm.overcommit_memory)
@@ -38,14 +40,14 @@ node_packages() {  # install what is missing (root, Debian apt)
 }
 
 # ---------------------------------------------------------------------------------------------- cgroups (v1)
-# "hierarchy-mountpoint path" for every v1 hierarchy of this process; the kubelet's cgroupRoot is created under the
-# session's path of the memory hierarchy (the one the session is confined to) in all of them.
+# "hierarchy-mountpoint path" for every hierarchy of this process: the v1 ones, and the cgroup2 "unified" one of a
+# hybrid host (the kubelet runs in v1 mode, but runc mirrors its cgroups there). The kubelet's cgroupRoot is created
+# under the session's path of the memory hierarchy (the one the session is confined to) in all of them.
 node_cgroup_mounts() {
   local line id ctrls path dir
   while IFS= read -r line; do
     id=${line%%:*}; line=${line#*:}; ctrls=${line%%:*}; path=${line#*:}
-    [ "$id" = 0 ] && continue                      # the cgroup2 "unified" line: kubelet runs in v1 mode
-    dir=/sys/fs/cgroup/${ctrls#name=}
+    if [ "$id" = 0 ]; then dir=/sys/fs/cgroup/unified; else dir=/sys/fs/cgroup/${ctrls#name=}; fi
     [ -d "$dir" ] && echo "$dir $path"
   done < /proc/self/cgroup
 }
@@ -64,22 +66,44 @@ node_cgroups_up() {
       [ -d "$d" ] && continue
       mkdir "$d"
       echo "$d" >> "$(node_dir)/cgroups.created"
-      # a new cpuset cgroup starts with no cpus/mems: nothing could join it
-      if [ -f "$d/cpuset.cpus" ]; then cat "$parent/cpuset.cpus" > "$d/cpuset.cpus"; cat "$parent/cpuset.mems" > "$d/cpuset.mems"; fi
+      # a new v1 cpuset cgroup starts with no cpus/mems: nothing could join it
+      if [ "$mnt" != /sys/fs/cgroup/unified ] && [ -f "$d/cpuset.cpus" ]; then
+        cat "$parent/cpuset.cpus" > "$d/cpuset.cpus"; cat "$parent/cpuset.mems" > "$d/cpuset.mems"
+      fi
     done
   done < <(node_cgroup_mounts)
-  log "cgroupRoot $root in $(node_cgroup_mounts | wc -l) v1 hierarchies"
+  log "cgroupRoot $root in $(node_cgroup_mounts | wc -l) hierarchies"
 }
-node_cgroups_down() {  # remove every cgroup under the root, deepest first, then the ones we created on the way
-  local root mnt _path left=0
+node_kill_cgroup_procs() {  # whatever still runs in the node's cgroups (e.g. a `runc init` containerd left mid-create)
+  local root mnt _path p
   root=$(node_cgroup_root)
   while read -r mnt _path; do
     [ -d "$mnt$root" ] || continue
-    find "$mnt$root" -depth -mindepth 1 -type d 2>/dev/null | while read -r d; do rmdir "$d" 2>/dev/null || true; done
+    for p in $(find "$mnt$root" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u); do
+      log "killing pid $p, left in the node's cgroups: $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-80)"
+      kill -KILL "$p" 2>/dev/null || true
+    done
   done < <(node_cgroup_mounts)
-  if [ -f "$(node_dir)/cgroups.created" ]; then
-    tac "$(node_dir)/cgroups.created" | while read -r d; do rmdir "$d" 2>/dev/null || true; done
-  fi
+}
+
+node_cgroups_down() {  # remove every cgroup under the root, deepest first, then the ones we created on the way
+  local root mnt _path left=0 try
+  root=$(node_cgroup_root)
+  # a cgroup whose last task is still exiting (a shim just killed) refuses rmdir for a moment: retry for ~10 s
+  for try in $(seq 1 20); do
+    left=0
+    while read -r mnt _path; do
+      [ -d "$mnt$root" ] || continue
+      find "$mnt$root" -depth -mindepth 1 -type d 2>/dev/null | while read -r d; do rmdir "$d" 2>/dev/null || true; done
+      if [ -f "$(node_dir)/cgroups.created" ]; then
+        tac "$(node_dir)/cgroups.created" | grep "^$mnt/" | while read -r d; do rmdir "$d" 2>/dev/null || true; done
+      fi
+      [ -d "$mnt$root" ] && left=1
+    done < <(node_cgroup_mounts)
+    [ $left = 0 ] && break
+    sleep 0.5
+  done
+  left=0
   while read -r mnt _path; do
     if [ -d "$mnt$root" ]; then log "cgroup left behind: $mnt$root ($(cat "$mnt$root/tasks" 2>/dev/null | wc -l) tasks)"; left=1; fi
   done < <(node_cgroup_mounts)
@@ -94,6 +118,8 @@ node_net_up() {
   for s in "${NODE_SYSCTLS[@]}"; do
     [ -e "/proc/sys/${s//.//}" ] && echo "$s=$(cat "/proc/sys/${s//.//}")" >> "$(node_dir)/sysctls.saved"
   done
+  for d in "${NODE_HOST_DIRS[@]}"; do [ -e "$d" ] || echo "$d" >> "$(node_dir)/host-dirs.created"; done
+  touch "$(node_dir)/started"
   nft list tables 2>/dev/null | sort > "$(node_dir)/nft-tables.before" || true
   nft_ruleset > "$(node_dir)/nft-ruleset.before"
   ip link show "$NODE_BRIDGE" >/dev/null 2>&1 && die "bridge $NODE_BRIDGE exists already (another e2e-pods cluster?)"
@@ -176,8 +202,6 @@ node_containerd_up() {
   local d
   d=$(node_dir)/containerd
   mkdir -p "$d/root" "$d/state"
-  # /run/containerd/s holds the shims' sockets whatever the state dir (containerd 1.6): note whether it existed
-  [ -d /run/containerd ] || echo /run/containerd > "$(node_dir)/run-containerd.created"
   cat > "$d/config.toml" <<EOF
 version = 2
 root = "$d/root"
@@ -206,6 +230,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      # runc's state (else /run/containerd/runc)
+      runtime_root = "$d/runc"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -240,7 +266,6 @@ node_kubelet_up() {
   mkdir -p "$d/root" "$d/pod-logs"
   kport=$(free_port); hport=$(free_port)
   echo "KUBELET_PORT=$kport KUBELET_HEALTHZ_PORT=$hport" >> "$STATE/ports"
-  [ -d /var/log/containers ] || echo /var/log/containers > "$(node_dir)/var-log-containers.created"
   cat > "$d/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -374,14 +399,30 @@ node_down() {  # idempotent; returns non-zero when something could not be restor
     kill -KILL "$s" 2>/dev/null || true
   done
   sleep 0.5
+  node_kill_cgroup_procs
   node_unmount || rc=1
   node_cgroups_down || rc=1
   node_net_down || rc=1
-  if [ -f "$(node_dir)/var-log-containers.created" ]; then rm -rf /var/log/containers; else
-    find /var/log/containers -maxdepth 1 -type l -lname "$STATE/*" -delete 2>/dev/null || true; fi
-  if [ -f "$(node_dir)/run-containerd.created" ]; then
-    rmdir /run/containerd/s 2>/dev/null || true; rmdir /run/containerd/runc/k8s.io /run/containerd/runc 2>/dev/null || true
-    rmdir /run/containerd 2>/dev/null || { log "/run/containerd not empty: $(ls -A /run/containerd)"; rc=1; }
+  node_host_dirs_down || rc=1
+  return $rc
+}
+
+# Paths outside the state dir: /run/containerd/s (the shims' sockets, whatever containerd's state dir),
+# /var/lib/kubelet/device-plugins (the kubelet's device-plugin socket, a fixed path), /var/lib/cni/results (libcni's
+# cache of the CNI results), /var/log/containers (the kubelet's log symlinks). A dir the run created goes; in one
+# that existed before, what the run added goes.
+node_host_dirs_down() {
+  local d rc=0
+  if [ -f "$(node_dir)/host-dirs.created" ]; then
+    while read -r d; do rm -rf "$d"; done < "$(node_dir)/host-dirs.created"
   fi
+  if [ -f "$(node_dir)/started" ]; then
+    find /var/log/containers -maxdepth 1 -type l -lname "$STATE/*" -delete 2>/dev/null || true
+    find /var/lib/cni/results /var/lib/kubelet/device-plugins /run/containerd/s -mindepth 1 -maxdepth 1 \
+      -newer "$(node_dir)/started" -exec rm -rf {} + 2>/dev/null || true
+  fi
+  for d in /run/containerd/s /var/lib/kubelet/device-plugins; do
+    [ -d "$d" ] && [ -n "$(find "$d" -mindepth 1 -newer "$(node_dir)/started" 2>/dev/null)" ] && { log "left in $d: $(ls -A "$d")"; rc=1; }
+  done
   return $rc
 }
