@@ -39,7 +39,7 @@ cleanup() {
   local rc=$? st
   trap - EXIT INT TERM
   st=$(cluster_state)
-  if [ $rc != 0 ] && [ -d "$st" ]; then
+  if [ $rc != 0 ] && [ -d "$st" ] && [ -n "${KUBECONFIG:-}" ]; then
     echo "e2e-pods: FAILED (rc=$rc) after $((SECONDS - T0))s" >&2
     kubectl get pods -A -o wide >&2 2>&1 || true
     kubectl get events -A --sort-by=.lastTimestamp 2>/dev/null | tail -25 >&2 || true
