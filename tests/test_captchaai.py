@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qs
 
+import aiohttp
 import pytest
 from aioresponses import aioresponses
 
@@ -148,8 +150,6 @@ async def test_transient_retries_are_bounded(api: CaptchaAI, mock: aioresponses)
 
 
 async def test_connection_errors_and_timeouts_are_transient(api: CaptchaAI, mock: aioresponses) -> None:
-    import aiohttp
-
     mock.post(IN, exception=aiohttp.ClientConnectionError("reset by peer http://api.test/in.php?key=" + KEY))
     mock.post(IN, exception=TimeoutError())
     mock.post(IN, exception=aiohttp.ServerDisconnectedError())
@@ -260,8 +260,6 @@ async def test_solves_teach_the_schedule(mock: aioresponses) -> None:
 
 
 def _in(seconds: float) -> float:
-    import time
-
     return time.time() + seconds
 
 

@@ -9,7 +9,7 @@ import re
 import pytest
 from helpers import ROOT
 
-from captcha_worker import captchaai, codes, metrics
+from captcha_worker import captchaai, codes, methods, metrics
 from captcha_worker.codes import Code, ErrorClass, Origin
 from captcha_worker.simulator import add_arguments
 
@@ -76,7 +76,5 @@ def test_contracts_list_every_simulator_flag() -> None:
 
 
 def test_metrics_doc_lists_every_kind_label() -> None:
-    from captcha_worker import methods
-
     text = (ROOT / "docs" / "metrics.md").read_text()
     assert all(f"`{name}`" in text for name in methods.KIND_NAMES), "a kind (method label) missing in metrics.md"

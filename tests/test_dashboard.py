@@ -5,6 +5,7 @@ a valid grid. The queries themselves are proven against a real Prometheus in tes
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,6 @@ def test_regenerating_gives_the_committed_files() -> None:
 
 def test_the_check_fails_on_a_hand_edit(tmp_path: Path) -> None:
     """build --check is not a no-op: a copy of the repository with one edited title is reported stale."""
-    import shutil
 
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "dashboards", copy / "dashboards", ignore=shutil.ignore_patterns("__pycache__"))

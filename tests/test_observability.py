@@ -48,7 +48,7 @@ from helpers import KEY, ROOT, cli_env, free_port, wait_port
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from captcha_worker import codes, metrics
+from captcha_worker import codes, metrics, planner
 from captcha_worker.queue import Keys, Queue
 
 pytestmark = pytest.mark.slow
@@ -643,7 +643,7 @@ def test_the_dashboard_picture_draws_every_panel_from_prometheus(lab: Lab, tmp_p
     """dashboards/render.py (what draws docs/img/dashboard.png): every panel's queries through query_range give it
     at least one series for obs-main, and the PNG is written."""
     sys.path.insert(0, str(ROOT))
-    from dashboards.render import draw
+    from dashboards.render import draw  # noqa: PLC0415 - matplotlib: only this test draws
 
     end = time.time()
     out = tmp_path / "dashboard.png"
@@ -660,7 +660,6 @@ def test_the_dashboard_picture_draws_every_panel_from_prometheus(lab: Lab, tmp_p
 def test_planner_reads_the_observed_workload(lab: Lab) -> None:
     """plan --from-prometheus on obs-main: the producer's rate (5 turnstile + 1.25 reCAPTCHA per second) and the
     simulator's solve times (12 s and 60 s at --speed 20, plus the poll lag)."""
-    from captcha_worker import planner
 
     w = planner.from_prometheus(lab.prom.base, 'namespace="obs-main"', "20s")
     kinds = {k.kind: k for k in w.kinds}

@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import psutil
 import pytest
 from helpers import KEY
 from procs import workers
@@ -73,7 +75,6 @@ async def test_budget_three_workers_never_exceed_the_plan_threads(
 
 def test_no_worker_process_leaks() -> None:
     """Every worker these tests started has exited (only this pytest's own children are considered)."""
-    import psutil
 
     leftovers = [p for p in psutil.Process().children(recursive=True)
                  if "captcha_worker.cli" in " ".join(p.cmdline())]
@@ -82,7 +83,6 @@ def test_no_worker_process_leaks() -> None:
 
 async def test_health_and_readiness_endpoints(redis: Redis, redis_server: Any, tmp_path: Path) -> None:
     """/healthz is the process; /readyz follows the worker: 200 while it claims, 503 with the reason when not."""
-    import aiohttp
 
     other = "f" * 32
     async with simulator(threads=5, speed=20) as sim:

@@ -8,7 +8,17 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from captcha_worker.queue import Ack, ClaimFlag, Keys, Lookup, Queue, QueueStats, dead_entry
+from captcha_worker.queue import (
+    SEED_RESULTS_HASH,
+    Ack,
+    ClaimFlag,
+    Keys,
+    Lookup,
+    Queue,
+    QueueStats,
+    dead_entry,
+    is_raw_item,
+)
 from captcha_worker.task import Result, Status
 
 LEASE_ARGS = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100]  # lease s, prefixes, max bytes, dead cap
@@ -375,8 +385,6 @@ async def test_a_stored_body_over_the_limit_is_not_shipped(q: Queue, any_redis: 
 
 @pytest.mark.parametrize("item", ["abc\n", "a" * 129, "a b", "ünï", "{}", "-", "a" * 128, "A.b:c_d-1"])
 async def test_lua_and_python_agree_on_what_is_a_task_id(q: Queue, any_redis: Redis, item: str) -> None:
-    from captcha_worker.queue import is_raw_item
-
     await any_redis.rpush(q.keys.pending, item)
     (c,) = await q.claim(1, lease_s=30)
     lua_says_raw = c.attempts == 1 and not await any_redis.exists(q.keys.task(item))
@@ -428,8 +436,6 @@ async def test_an_invalid_raw_payload_never_pre_empts_the_result_of_a_real_task(
 
 
 async def test_seed_results_hash_is_bounded_by_a_ttl(q: Queue, any_redis: Redis) -> None:
-    from captcha_worker.queue import SEED_RESULTS_HASH
-
     await q.write_seed_result("a1", '{"status":"success"}', ttl=60)
     assert await any_redis.hget(SEED_RESULTS_HASH, "a1") == '{"status":"success"}'
     assert 0 < await any_redis.ttl(SEED_RESULTS_HASH) <= 60

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 from helpers import KEY
+from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Expired, Failed, Solved
 from captcha_worker.config import WorkerConfig
-from captcha_worker.queue import SEED_RESULTS_HASH, Keys
+from captcha_worker.queue import SEED_RESULTS_HASH, Keys, Queue
 from captcha_worker.simulator import Faults, OverCap, SimConfig, SimulatorServer
 from captcha_worker.worker import Phase, Worker, open_worker
 
@@ -251,9 +252,7 @@ async def test_a_compat_list_outside_the_hash_slot_is_logged_once_and_dropped(
         caplog: pytest.LogCaptureFixture) -> None:
     """On Redis Cluster the claim script touching COMPAT_QUEUE_LIST fails with CROSSSLOT (a single redis-server
     cannot say it, so the reply is planted): one error line, then the queue is served without the list."""
-    from redis import exceptions as rexc
 
-    from captcha_worker.queue import Queue
 
     real_claim = Queue.claim
 

@@ -19,7 +19,7 @@ from .conftest import SPEED, Row, crashes, worker_env
 
 def _certs(d: Path) -> Path:
     """A throw-away CA and a server certificate for 127.0.0.1 (trustme)."""
-    import trustme
+    import trustme  # noqa: PLC0415 - trustme: only the TLS tests need it
 
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")

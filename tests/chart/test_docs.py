@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import yaml
 
-from .chartlib import CHART, run, tool
+from .chartlib import CHART, ROOT, run, tool
 from .values_schema import OPEN_OBJECTS, OVERRIDES, render
 
 
@@ -59,8 +60,6 @@ def test_values_schema_is_current() -> None:
 
 
 def test_schema_closes_every_object_the_chart_defines() -> None:
-    import json
-
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
 
@@ -79,7 +78,6 @@ def test_schema_closes_every_object_the_chart_defines() -> None:
 def test_docs_upgrade_with_reset_then_reuse_values() -> None:
     """`--reuse-values` freezes the previous chart version's defaults into the release; the docs and NOTES say
     `--reset-then-reuse-values` (Helm 3.14+) everywhere they show an upgrade."""
-    from .chartlib import ROOT
 
     texts = [CHART / "README.md", CHART / "README.md.gotmpl", CHART / "templates" / "NOTES.txt", ROOT / "README.md",
              *sorted((ROOT / "docs").glob("*.md"))]

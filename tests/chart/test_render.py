@@ -319,7 +319,6 @@ def test_examples_are_documented_in_readme() -> None:
 
 def test_dashboard_is_importable_json() -> None:
     """Static shape only; tests/test_observability.py runs every query against a real Prometheus."""
-    import json
 
     dash = json.loads((CHART / "dashboards" / "captcha-solver.json").read_text())
     assert dash["uid"] == "captcha-solver"

@@ -20,6 +20,7 @@ pods.sh (kubectl, helm3, helm4), and the project's .venv (redis-py; the captcha-
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -266,8 +268,6 @@ class Release:
     # -- Redis and the simulator, reached from the host through their Services (kube-proxy)
     @property
     def redis_password(self) -> str:
-        import base64
-
         data = kjson("-n", self.ns, "get", "secret", f"{self.fullname}-redis")["data"]["redis-password"]
         return base64.b64decode(data).decode()
 
@@ -673,8 +673,6 @@ def main(argv: list[str]) -> int:
             rel.uninstall()
         except Exception as exc:  # a Failure, or a bug or tool error: reported the same way, then teardown
             if not isinstance(exc, Failure):
-                import traceback
-
                 traceback.print_exc()
             failed.append(f"{helm}: {exc}")
             say(f"{helm}: FAILED: {exc}")
