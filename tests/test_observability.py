@@ -49,7 +49,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from captcha_worker import codes, metrics, planner
-from captcha_worker.queue import Keys, Queue
+from captcha_worker.queue import Keys, RedisQueue
 
 pytestmark = pytest.mark.slow
 
@@ -258,7 +258,7 @@ def gauge(text: str, name: str) -> float:
 async def produce(lab: Lab) -> None:
     """Steady load for the scenarios that need it, until lab.stop."""
     redis = Redis.from_url(lab.redis_url, decode_responses=True)
-    queues = {ns: Queue(redis, ns) for ns in ("obs-main", "obs-fatal", "obs-saturated")}
+    queues = {ns: RedisQueue(redis, ns) for ns in ("obs-main", "obs-fatal", "obs-saturated")}
     n = 0
     try:
         while not lab.stop.is_set():
@@ -284,9 +284,9 @@ async def preload(redis_url: str) -> None:
     """Backlogs that exist before their workers start (so the queue only shrinks there)."""
     redis = Redis.from_url(redis_url, decode_responses=True)
     try:
-        await Queue(redis, "obs-capacity").push(
+        await RedisQueue(redis, "obs-capacity").push(
             [(f"c{i}", task_body(f"c{i}", "turnstile", TURNSTILE)) for i in range(30)], ttl=3600)
-        await Queue(redis, "obs-reap").push(
+        await RedisQueue(redis, "obs-reap").push(
             [(f"r{i}", task_body(f"r{i}", "turnstile", TURNSTILE)) for i in range(16)], ttl=3600)
     finally:
         await redis.aclose()

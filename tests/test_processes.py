@@ -21,7 +21,7 @@ from procs import workers
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Solved
-from captcha_worker.queue import Keys, Queue
+from captcha_worker.queue import Keys, RedisQueue
 from captcha_worker.simulator import OverCap, SimConfig, SimulatorServer
 
 pytestmark = pytest.mark.slow
@@ -105,7 +105,7 @@ async def test_health_and_readiness_endpoints(redis: Redis, redis_server: Any, t
                 status, text = await get("/metrics")
                 assert status == 200 and "captcha_solver_worker_ready 1.0" in text
                 sim.simulator.reconfigure(dataclasses.replace(sim.simulator.config, keys=frozenset({other})))
-                await Queue(redis, "captcha").push([("h1", task_body("h1", "probe"))], ttl=60)
+                await RedisQueue(redis, "captcha").push([("h1", task_body("h1", "probe"))], ttl=60)
 
                 async def unready() -> bool:
                     return (await get("/readyz"))[0] == 503

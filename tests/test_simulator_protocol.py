@@ -23,7 +23,7 @@ from sim_helpers import KEY, OTHER_KEY, PNG, Api, PingbackReceiver, Submission, 
 
 from captcha_worker import codes, methods
 from captcha_worker.codes import Code
-from captcha_worker.methods import KINDS, Answer, Kind
+from captcha_worker.methods import KINDS, AnswerShape, Kind
 from captcha_worker.simulator import Faults, Latency, SimConfig, SimulatorServer, protocol, tls_context
 
 FAST = 3000.0
@@ -62,7 +62,7 @@ async def test_plain_form_carries_what_the_json_form_does(session: aiohttp.Clien
         plain = await api.wait(task_id, json_mode=False)
         as_json = (await api.get(task_id)).json
         assert plain.content_type == "text/plain"
-        if kind.answer is Answer.TOKEN_WITH_UA:  # the answer first (split("|")[1] is the token), then the UA
+        if kind.shape is AnswerShape.TOKEN_WITH_UA:  # the answer first (split("|")[1] is the token), then the UA
             assert plain.text == f"OK|{as_json['request']}|{as_json['user_agent']}"
             assert as_json["result"] == as_json["request"] and "|" not in str(as_json["request"])
         else:

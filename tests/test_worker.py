@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Expired, Failed, Solved
 from captcha_worker.config import WorkerConfig
-from captcha_worker.queue import SEED_RESULTS_HASH, Keys, Queue
+from captcha_worker.queue import SEED_RESULTS_HASH, Keys, RedisQueue
 from captcha_worker.simulator import Faults, OverCap, SimConfig, SimulatorServer
 from captcha_worker.worker import Phase, Worker, open_worker
 
@@ -254,14 +254,14 @@ async def test_a_compat_list_outside_the_hash_slot_is_logged_once_and_dropped(
     cannot say it, so the reply is planted): one error line, then the queue is served without the list."""
 
 
-    real_claim = Queue.claim
+    real_claim = RedisQueue.claim
 
-    async def claim(self: Queue, n: int, **kw: Any) -> Any:
+    async def claim(self: RedisQueue, n: int, **kw: Any) -> Any:
         if kw.get("compat_list"):
             raise rexc.ClusterCrossSlotError("Keys in request don't hash to the same slot")
         return await real_claim(self, n, **kw)
 
-    monkeypatch.setattr(Queue, "claim", claim)
+    monkeypatch.setattr(RedisQueue, "claim", claim)
     async with simulator() as sim, worker(redis_server.url, sim, COMPAT_QUEUE_LIST="captcha:queue") as w:
         outcome = await producer.solve("turnstile", TURNSTILE, timeout=30)
         assert w.compat_list is None and w.redis_ok

@@ -51,6 +51,7 @@ from captcha_worker.codes import ErrorClass as ErrorClass  # noqa: PLC0414
 from captcha_worker.codes import classify as classify  # noqa: PLC0414
 from captcha_worker.codes import describe as describe  # noqa: PLC0414
 from captcha_worker.config import Secret
+from captcha_worker.methods import Answer as Answer  # noqa: PLC0414 - the API's answer, importable from here
 
 _FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -93,12 +94,6 @@ def api_error(code: str, endpoint: str, detail: str = "") -> ApiError:
 
 class SolveTimeout(Exception):
     """The overall solve time limit passed (or the task's deadline)."""
-
-
-@dataclass(frozen=True)
-class Answer:
-    request: str  # the token / text / JSON string
-    user_agent: str | None = None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from captcha_worker.config import (
 )
 from captcha_worker.connection import connect, describe_refusal, refusal, tls_hint
 from captcha_worker.output import Progress, outcome_json
-from captcha_worker.queue import DeadLetter, Queue
+from captcha_worker.queue import DeadLetter, RedisQueue
 from captcha_worker.task import payload_view
 
 EXIT_OK, EXIT_FAIL, EXIT_CONFIG = 0, 1, 2
@@ -156,7 +156,7 @@ async def _checks(rc: RedisConfig, queue: str, key: str, api_url: str,
     out: list[tuple[str, bool, str]] = []
     redis = connect(rc, client_name="captcha-worker-check")
     try:
-        stats = await asyncio.wait_for(Queue(redis, queue).stats(), 10)
+        stats = await asyncio.wait_for(RedisQueue(redis, queue).stats(), 10)
         out.append(("redis", True, f"{rc.display_url()} queue {queue!r}: {stats.pending} pending, "
                                    f"{stats.processing} processing, {stats.dead} dead"))
     except Exception as exc:

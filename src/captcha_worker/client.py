@@ -48,7 +48,7 @@ from captcha_worker.config import (
     Secret,
 )
 from captcha_worker.connection import RedisUnavailable, Refusal, connect, refusal, tls_hint
-from captcha_worker.queue import DeadLetter, Keys, Lookup, Queue, QueueStats, Text, as_awaitable
+from captcha_worker.queue import DeadLetter, Keys, Lookup, QueueStats, RedisQueue, Text, as_awaitable
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_task
 
 T = TypeVar("T")
@@ -220,7 +220,7 @@ class CaptchaQueue:
                  task_ttl: int = DEFAULT_TASK_TTL, max_task_bytes: int = DEFAULT_MAX_TASK_BYTES,
                  owns_redis: bool = False, display_url: str = "redis", submit_retry_s: float = SUBMIT_RETRY_S) -> None:
         self.redis = redis
-        self.queue = Queue(redis, queue)
+        self.queue = RedisQueue(redis, queue)
         self.producer_id = producer_id or new_producer_id()
         self.task_ttl = task_ttl
         self.max_task_bytes = max_task_bytes
