@@ -146,7 +146,7 @@ def burst_run(*, tasks: int, slow_s: float, http_timeout_s: float, seed: int, wo
 def run(*, tasks: int = 300, rate: float = 30.0, warmup: int = 30, reps: int = 3, slow_s: float = 40.0,
         http_timeout_s: float = 30.0, workers: int = 2, concurrency: int = 150, threads: int = 300,
         burst: bool = True) -> dict[str, Any]:
-    common = {"tasks": tasks, "rate": rate, "warmup": warmup, "slow_s": slow_s, "workers": workers,
+    common: dict[str, Any] = {"tasks": tasks, "rate": rate, "warmup": warmup, "slow_s": slow_s, "workers": workers,
               "concurrency": concurrency, "threads": threads, "http_timeout_s": http_timeout_s}
     runs: dict[str, list[dict[str, Any]]] = {"storm": [], "no_faults": []}
     learnt = []

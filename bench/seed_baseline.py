@@ -74,7 +74,7 @@ class SeedQueue:
     def get_result(self, task_id: str) -> dict[str, Any] | None:
         raw = self.redis.hget(RESULTS_KEY, task_id)
         if raw:
-            data: dict[str, Any] = json.loads(raw)
+            data: dict[str, Any] = json.loads(str(raw))
             return data
         return None
 

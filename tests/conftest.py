@@ -17,9 +17,10 @@ import aioresponses.core as core
 import fakeredis
 import pytest
 from aiohttp import ClientResponse
-from helpers import KEY, ROOT, cli_env, free_port, wait_port
-from procs import RedisServer
 from redis.asyncio import Redis
+
+from tests.helpers import KEY, ROOT, cli_env, free_port, wait_port
+from tests.procs import RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +75,7 @@ def _aioresponses_compat() -> None:
             kwargs.setdefault("stream_writer", SimpleNamespace(output_size=0))
             super().__init__(method, url, **kwargs)  # type: ignore[arg-type]
 
-    core.ClientResponse = _Response  # type: ignore[misc]
+    core.ClientResponse = _Response  # type: ignore[attr-defined]  # not re-exported by aioresponses.core
 
 
 _aioresponses_compat()

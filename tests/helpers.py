@@ -1,4 +1,4 @@
-"""Helpers shared by the tests (import as `from helpers import ...`)."""
+"""Helpers shared by the tests (`from tests.helpers import ...`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the API key every test uses (32 characters, as CaptchaAI issues them); OTHER_KEY: a second, valid one
 KEY = "0123456789abcdef0123456789abcdef"
+OTHER_KEY = "fedcba9876543210fedcba9876543210"
 
 
 def free_port() -> int:

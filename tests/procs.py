@@ -1,5 +1,5 @@
-"""Processes the tests start: redis-server, `captcha-worker run` workers and `captcha-worker simulator` (import as
-`from procs import ...`). Each is stopped by its own handle, never by name."""
+"""Processes the tests start: redis-server, `captcha-worker run` workers and `captcha-worker simulator`
+(`from tests.procs import ...`). Each is stopped by its own handle, never by name."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers import ROOT, cli_env, free_port, wait_port
-
 from captcha_worker.localredis import LocalRedis
+from tests.helpers import ROOT, cli_env, free_port, wait_port
 
 
 @dataclass

@@ -8,9 +8,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers import ROOT, redis_server_binary
+
+from tests.helpers import ROOT, redis_server_binary
 
 SUMMARY = {"median", "min", "max", "n", "runs"}
 COMMON = {"benchmark", "smoke", "generated_at", "duration_s", "machine", "params", "targets"}
@@ -27,10 +29,10 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def load(results: Path, name: str) -> dict:
+def load(results: Path, name: str) -> dict[str, Any]:
     path = results / f"{name}.json"
     assert path.exists(), f"{name}.json was not written"
-    data = json.loads(path.read_text())
+    data: dict[str, Any] = json.loads(path.read_text())
     assert COMMON <= data.keys(), COMMON - data.keys()
     assert MACHINE <= data["machine"].keys()
     assert data["smoke"] is True

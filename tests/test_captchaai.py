@@ -30,8 +30,8 @@ from captcha_worker.captchaai import (
     parse_reply,
 )
 from captcha_worker.config import Secret
+from tests.helpers import KEY
 
-KEY = "0123456789abcdef0123456789abcdef"
 BASE = "http://api.test"
 IN = re.compile(r"^http://api\.test/in\.php.*$")
 RES = re.compile(r"^http://api\.test/res\.php.*$")

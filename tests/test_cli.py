@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 import pytest
-from helpers import KEY, free_port, run_cli
 from redis import Redis
 
 from captcha_worker.queue import Keys
+from tests.helpers import KEY, free_port, run_cli
 
 pytestmark = pytest.mark.slow
 TURNSTILE_ARGS = ["turnstile", "-p", "sitekey=0x4AAAAAAA", "-p", "pageurl=https://example.com/login"]

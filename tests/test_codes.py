@@ -7,11 +7,11 @@ import argparse
 import re
 
 import pytest
-from helpers import ROOT
 
 from captcha_worker import captchaai, codes, methods, metrics
 from captcha_worker.codes import Code, ErrorClass, Origin
 from captcha_worker.simulator import add_arguments
+from tests.helpers import ROOT
 
 
 def test_each_row_is_named_after_its_wire_string() -> None:

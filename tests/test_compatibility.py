@@ -5,15 +5,10 @@ produces."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from captcha_worker import methods
-
-sys.path.insert(0, str(Path(__file__).parent / "clients"))
-import compat
+from tests.clients import compat
 
 
 async def test_client_libraries_against_the_simulator() -> None:

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart.chartlib import tool
-from helpers import ROOT
 
-sys.path.insert(0, str(ROOT))
 from dashboards import captcha_solver
 from dashboards.build import dashboard_json, docs_section, layout
 from dashboards.panels import GRID_COLUMNS, Graph, Q, Row, Stat, m
+from tests.chart.chartlib import tool
+from tests.helpers import ROOT
 
 DASHBOARD = ROOT / "charts" / "captcha-solver" / "dashboards" / "captcha-solver.json"
 

@@ -7,7 +7,8 @@ import importlib
 import re
 
 import pytest
-from helpers import ROOT
+
+from tests.helpers import ROOT
 
 DOCS = [ROOT / "README.md", ROOT / "docs" / "producer.md", ROOT / "docs" / "operations.md"]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)

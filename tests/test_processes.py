@@ -16,13 +16,13 @@ from typing import Any
 import aiohttp
 import psutil
 import pytest
-from helpers import KEY
-from procs import workers
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Solved
 from captcha_worker.queue import Keys, RedisQueue
 from captcha_worker.simulator import OverCap, SimConfig, SimulatorServer
+from tests.helpers import KEY
+from tests.procs import workers
 
 pytestmark = pytest.mark.slow
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}

@@ -21,7 +21,8 @@ from captcha_worker.queue import (
 )
 from captcha_worker.task import Result, Status
 
-LEASE_ARGS = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100]  # lease s, prefixes, max bytes, dead cap
+#: lease s, prefixes, max bytes, dead cap
+LEASE_ARGS: list[str | int] = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100]
 
 
 def body(task_id: str, reply_to: str | None = None) -> str:
@@ -56,7 +57,7 @@ async def test_claim_moves_to_processing_leases_and_counts_attempts(q: RedisQueu
     await q.push([(t, body(t)) for t in "abc"], ttl=100)
     claimed = await q.claim(2, lease_s=30)
     assert [c.item for c in claimed] == ["a", "b"]
-    assert all(c.attempts == 1 and c.body == body(c.item) and not c.done for c in claimed)
+    assert all(c.attempts == 1 and c.body == body(str(c.item)) and not c.done for c in claimed)
     assert await any_redis.lrange(q.keys.processing, 0, -1) == ["a", "b"]
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["c"]
     assert await any_redis.zcard(q.keys.leases) == 2
@@ -365,7 +366,7 @@ async def test_a_raw_item_over_the_limit_is_dead_lettered_by_the_claim_itself(re
     (letter,) = await q.dead_letters()
     assert (letter.id, letter.code, letter.attempts) == (None, "TASK_TOO_LARGE", 1)
     assert letter.reason == "payload is 5000 bytes, over the limit of 4096"
-    assert letter.view == f"(5000 bytes, sha1 {big.item})"
+    assert letter.view == f"(5000 bytes, sha1 {big.item!s})"
 
 
 async def test_the_blocking_claim_buries_an_item_over_the_limit_too(redis: Redis) -> None:
@@ -408,7 +409,7 @@ async def test_lookup_tells_queued_finished_and_unknown_apart(q: RedisQueue, any
     (a,) = await q.claim(1, lease_s=30)
     await q.ack(a.item, Result("a", Status.SOLVED, solution="t"), result_ttl=60)
     found = await q.lookup(["a", "b", "nope"])
-    assert Result.from_json(found[0]).solution == "t"
+    assert isinstance(found[0], str | bytes) and Result.from_json(found[0]).solution == "t"
     assert found[1:] == [Lookup.QUEUED, Lookup.UNKNOWN]
     await any_redis.delete(q.keys.result("a"))  # RESULT_TTL_SECONDS passed
     assert await q.lookup(["a"]) == [Lookup.FINISHED]

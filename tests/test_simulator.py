@@ -20,19 +20,6 @@ import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_helpers import (
-    KEY,
-    OTHER_KEY,
-    PNG,
-    PNG_B64,
-    PROXY_PASSWORD,
-    Api,
-    FakeClock,
-    Reply,
-    Submission,
-    kind_id,
-    kind_params,
-)
 
 from captcha_worker import methods
 from captcha_worker.methods import KINDS, AnswerShape, Kind
@@ -50,6 +37,19 @@ from captcha_worker.simulator import (
     config_from_args,
     decode_base64_image,
     serve,
+)
+from tests.sim_helpers import (
+    KEY,
+    OTHER_KEY,
+    PNG,
+    PNG_B64,
+    PROXY_PASSWORD,
+    Api,
+    FakeClock,
+    Reply,
+    Submission,
+    kind_id,
+    kind_params,
 )
 
 FAST = 3000.0  # speed at which every default latency (mean + 4 sd) is below 0.06 s

@@ -19,12 +19,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 import trustme
-from sim_helpers import KEY, OTHER_KEY, PNG, Api, PingbackReceiver, Submission, kind_id, kind_params, make_png
 
 from captcha_worker import codes, methods
 from captcha_worker.codes import Code
 from captcha_worker.methods import KINDS, AnswerShape, Kind
 from captcha_worker.simulator import Faults, Latency, SimConfig, SimulatorServer, protocol, tls_context
+from tests.sim_helpers import KEY, OTHER_KEY, PNG, Api, PingbackReceiver, Submission, kind_id, kind_params, make_png
 
 FAST = 3000.0
 ROOT = Path(__file__).resolve().parents[1]

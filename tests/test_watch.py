@@ -12,10 +12,10 @@ import time
 from typing import Any
 
 import pytest
-from helpers import ROOT, cli_env, free_port, wait_port
 from redis.asyncio import Redis
 
 from captcha_worker.queue import Keys, RedisQueue, dead_entry
+from tests.helpers import ROOT, cli_env, free_port, wait_port
 
 QUEUE = "watchq"
 

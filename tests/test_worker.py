@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from helpers import KEY
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
@@ -20,6 +19,7 @@ from captcha_worker.config import WorkerConfig
 from captcha_worker.queue import SEED_RESULTS_HASH, Keys, RedisQueue
 from captcha_worker.simulator import Faults, OverCap, SimConfig, SimulatorServer
 from captcha_worker.worker import Phase, Worker, open_worker
+from tests.helpers import KEY
 
 SPEED = 50.0
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
@@ -232,7 +232,8 @@ async def test_poison_in_one_batch_is_settled_at_first_claim_and_never_delays_th
         redis: Redis, redis_server: Any, producer: CaptchaQueue) -> None:
     """In process, for quick feedback; tests/chaos/test_poison.py runs the same with processes at scale."""
     keys = Keys("captcha")
-    poison = [b"\xff\xfe\x00", "[" * 100_000, "x" * 5000, " " * 3 + "{not json", "not an id at all", ""]
+    poison: list[bytes | str] = [
+        b"\xff\xfe\x00", "[" * 100_000, "x" * 5000, " " * 3 + "{not json", "not an id at all", ""]
     spaced = "  " + json.dumps({"id": "spaced1", "method": "turnstile", "params": TURNSTILE})
     await redis.rpush(keys.pending, *poison, spaced)
     ids = await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(5)])

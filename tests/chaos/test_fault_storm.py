@@ -8,10 +8,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from procs import RedisServer, simulator, workers
 from redis.asyncio import Redis
 
 from captcha_worker.queue import RedisQueue
+from tests.procs import RedisServer, simulator, workers
 
 from .conftest import KEYS, SPEED, Row, crashes, replies, task_body, wait_until, worker_env
 

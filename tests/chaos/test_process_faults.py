@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers import ROOT, cli_env
-from procs import RedisServer, simulator, workers
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Solved
 from captcha_worker.queue import RedisQueue
 from captcha_worker.task import Result
+from tests.helpers import ROOT, cli_env
+from tests.procs import RedisServer, simulator, workers
 
 from .conftest import KEYS, SPEED, TURNSTILE, Row, crashes, replies, task_body, wait_until, worker_env
 

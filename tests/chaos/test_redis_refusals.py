@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import redis as sync_redis
-from helpers import free_port
-from procs import RedisServer, WorkerProc, simulator, workers
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, QueueUnavailable
-from captcha_worker.queue import RedisQueue
+from captcha_worker.queue import RedisQueue, as_awaitable
+from tests.helpers import free_port
+from tests.procs import RedisServer, WorkerProc, simulator, workers
 
 from .conftest import KEYS, SPEED, TURNSTILE, Row, crashes, replies, task_body, wait_until, worker_env
 
@@ -134,6 +134,6 @@ async def _unready(p: WorkerProc, reason: str) -> bool:
     return status == 503 and text.strip() == f"redis unavailable: {reason}"
 
 
-async def _at_least(aw: Awaitable[int], value: int) -> bool:
-    return await aw >= value
+async def _at_least(aw: Awaitable[int] | int, value: int) -> bool:
+    return await as_awaitable(aw) >= value
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import redis as sync_redis
-from helpers import free_port, redis_server_binary, run_cli, wait_port
-from procs import simulator, workers
+
+from tests.helpers import free_port, redis_server_binary, run_cli, wait_port
+from tests.procs import simulator, workers
 
 from .conftest import SPEED, Row, crashes, worker_env
 

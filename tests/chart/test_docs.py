@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -63,7 +64,7 @@ def test_schema_closes_every_object_the_chart_defines() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
 
-    def walk(node: dict, path: str) -> None:
+    def walk(node: dict[str, Any], path: str) -> None:
         if node.get("type") == "object" and "properties" in node:
             if path in OPEN_OBJECTS:
                 assert "additionalProperties" not in node

@@ -9,6 +9,7 @@ import re
 import tarfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -110,7 +111,7 @@ def test_both_helm_versions_render_the_same_objects(helm: str,
         assert mine == theirs, f"helm3 and helm4 render {case} differently"
 
 
-def _without_random(docs: list[dict]) -> list[dict]:
+def _without_random(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for doc in docs:
         if doc["kind"] == "Secret" and doc["metadata"]["name"].endswith("-redis") and "redis-password" in doc["data"]:
@@ -140,7 +141,11 @@ def test_upgrade_threads_changes_cap_and_rolls_workers(helm: str, chart: Path,
                                         env=helm_env).stdout)
 
     before, same, after = render(), render(), render("captchaai.threads=50")
-    pod = lambda r: r.one("Deployment", "-worker")["spec"]["template"]  # noqa: E731
+
+    def pod(r: Rendering) -> dict[str, Any]:
+        template: dict[str, Any] = r.one("Deployment", "-worker")["spec"]["template"]
+        return template
+
     assert before.one("ScaledObject")["spec"]["maxReplicaCount"] == 3
     assert after.one("ScaledObject")["spec"]["maxReplicaCount"] == 10
     assert after.one("ConfigMap", "-worker")["data"]["CAPTCHAAI_THREADS"] == "50"
@@ -209,10 +214,10 @@ def test_keda_dependency_entry() -> None:
     assert values["keda"]["enabled"] is True
 
 
-def _helm_lock_digest(deps: list[dict], locked: list[dict]) -> str:
+def _helm_lock_digest(deps: list[dict[str, Any]], locked: list[dict[str, Any]]) -> str:
     """Helm's Chart.lock digest (internal/resolver HashReq): sha256 of the JSON of [Chart.yaml deps, locked deps],
     in Go's field order and with its omitempty rules."""
-    def dep(d: dict) -> dict:
+    def dep(d: dict[str, Any]) -> dict[str, Any]:
         out = {"name": d["name"]}
         if d.get("version"):
             out["version"] = str(d["version"])
@@ -348,7 +353,7 @@ def test_a_chart_bump_restarts_no_pod(helm: str, tmp_path: Path, helm_env: dict[
     meta = bumped / "Chart.yaml"
     meta.write_text(re.sub(r"(?m)^(version|appVersion): .*$", r'\1: "9.9.9"', meta.read_text()))
 
-    def templates(chart: Path) -> dict[str, dict]:
+    def templates(chart: Path) -> dict[str, dict[str, Any]]:
         out = run(template_cmd(helm, chart, "simulator-staging", "--set", "image.tag=0.1.0"), env=helm_env).stdout
         return {f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]
                 for d in Rendering(helm, "bump", out).docs if d["kind"] in ("Deployment", "StatefulSet")}

@@ -9,8 +9,8 @@ reach a receiver on 127.0.0.1 with the task's id and answer.
 A call either works or fails; a failure is expected only where :data:`KNOWN` says why (the client's own bug, or a
 spelling of another service's API that CaptchaAI does not have), and it must fail *that* way.
 
-    .venv/bin/python tests/clients/compat.py --write    # regenerate docs/compatibility.md (make compatibility)
-    .venv/bin/python tests/clients/compat.py            # print the page; exit 1 when it differs from the doc
+    .venv/bin/python -m tests.clients.compat --write    # regenerate docs/compatibility.md (make compatibility)
+    .venv/bin/python -m tests.clients.compat            # print the page; exit 1 when it differs from the doc
 """
 
 from __future__ import annotations
@@ -27,16 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import trustme
+
+from captcha_worker.methods import Answer, AnswerShape, by_name
+from captcha_worker.simulator import SimConfig, SimulatorServer, tls_context
+from captcha_worker.simulator.protocol import plain_answer
+from tests.sim_helpers import KEY, PingbackReceiver, make_png
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))  # tests/: sim_helpers
-
-import trustme  # noqa: E402
-from sim_helpers import KEY, PingbackReceiver, make_png  # noqa: E402
-
-from captcha_worker.methods import Answer, AnswerShape, by_name  # noqa: E402
-from captcha_worker.simulator import SimConfig, SimulatorServer, tls_context  # noqa: E402
-from captcha_worker.simulator.protocol import plain_answer  # noqa: E402
 
 DOC = ROOT / "docs" / "compatibility.md"
 CLIENTS_PYTHON = ROOT / ".tools" / "clients-venv" / "bin" / "python"

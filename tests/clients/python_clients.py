@@ -317,7 +317,7 @@ async def _one(call: Call, pool: ThreadPoolExecutor) -> dict[str, Any]:
     line: dict[str, Any] = {"call": call.name, "kind": call.kind}
     try:
         if call.is_async:
-            value = await call.run()  # type: ignore[misc]
+            value = await call.run()
         else:
             value = await asyncio.get_running_loop().run_in_executor(pool, call.run)
         fields = call.read(value)

@@ -33,7 +33,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -277,7 +277,7 @@ class Release:
 
     def queue_lengths(self) -> dict[str, int]:
         r = self.redis()
-        return {k: int(r.llen("{captcha}:" + k)) for k in ("pending", "processing", "dead")}
+        return {k: int(cast(int, r.llen("{captcha}:" + k))) for k in ("pending", "processing", "dead")}
 
     def sim(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         url = f"http://{self.service_ip(f'{self.fullname}-simulator')}:8080/_sim/{path}"
@@ -376,7 +376,10 @@ def scenario_1(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     with watching(rel, "s1") as (deploy, pods, logs):
         t0 = time.monotonic()
         ids = rel.submit(200)
-        since = lambda: round(time.monotonic() - t0, 1)  # noqa: E731
+
+        def since() -> float:
+            return round(time.monotonic() - t0, 1)
+
         wait_until(60, "KEDA scales 0 -> 1", lambda: rel.spec_replicas() >= 1)
         f["first_pod_s"] = since()
         wait_until(180, f"the HPA scales to N = {n}", lambda: rel.spec_replicas() == n)

@@ -44,7 +44,7 @@ _Route = Callable[[web.Request], Awaitable[web.Response]]
 @dataclasses.dataclass(frozen=True)
 class TaskView:
     kind: Kind
-    solution: Answer | None
+    answer: Answer | None
 
 
 class Simulator:
