@@ -9,7 +9,7 @@ export PATH := $(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
 help:
 	@echo "make demo   - run the whole thing locally: redis + simulator + workers + producer, with a summary"
-	@echo "make unit   - the inner loop: every test not marked slow (no tools installed; lint is make lint)"
+	@echo "make unit   - the inner loop: every test not marked slow; lint is make lint"
 	@echo "make lint   - ruff and mypy (strict: src, tests, bench, dashboards)"
 	@echo "make test   - install what the tests need (python deps, redis-server, prometheus, helm v3/v4, kubeconform,"
 	@echo "              helm-unittest, checkov, hadolint, the CaptchaAI client libraries) and run every test"
@@ -36,7 +36,7 @@ lint: venv
 test: venv tools lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
-unit: venv
+unit: venv tools
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow" tests
 
 demo: venv

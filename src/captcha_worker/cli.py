@@ -1,6 +1,7 @@
 """`captcha-worker` commands: run, simulator, check, submit, wait, stats, dead-letters, demo.
 
-Exit codes: 0 success, 1 a task or check failed, 2 bad configuration or arguments (one line on stderr).
+Exit codes (docs/contracts.md): 0 success, 1 a task or check failed (or Redis refused), 2 bad configuration or
+arguments (one line on stderr), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from captcha_worker.output import Progress, outcome_json
 from captcha_worker.queue import DeadLetter, RedisQueue
 from captcha_worker.task import payload_view
 
-EXIT_OK, EXIT_FAIL, EXIT_CONFIG = 0, 1, 2
+EXIT_OK, EXIT_FAIL, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
@@ -514,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"captcha-worker {ns.command}: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
