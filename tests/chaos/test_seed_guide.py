@@ -8,7 +8,7 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis as sync_redis
 from redis.asyncio import Redis
@@ -34,7 +34,7 @@ class GuideQueue:
     def get_result(self, task_id: str) -> dict[str, Any]:
         """The guide's result of a task; {} while there is none."""
         raw = self.redis.hget(SEED_RESULTS_HASH, task_id)
-        data: dict[str, Any] = json.loads(str(raw)) if raw else {}
+        data: dict[str, Any] = json.loads(cast(str | bytes, raw)) if raw else {}
         return data
 
 

@@ -361,3 +361,16 @@ def test_a_chart_bump_restarts_no_pod(helm: str, tmp_path: Path, helm_env: dict[
     before, after = templates(CHART), templates(bumped)
     assert len(before) == 3  # worker, simulator, Redis
     assert before == after
+
+
+@pytest.mark.parametrize(("threads", "concurrency", "cap"), [(14, 5, 2), (15, 5, 3), (19, 10, 1), (20, 10, 2),
+                                                              (29, 10, 2), (7, 7, 1)])
+def test_the_replica_cap_rounds_down(chart: Path, helm_env: dict[str, str], threads: int, concurrency: int,
+                                     cap: int) -> None:
+    """maxReplicaCount = floor(threads / concurrency): pods x concurrency never exceeds the plan, however the
+    division falls (one below a multiple is where an off-by-one shows)."""
+    out = run(template_cmd(HELMS[0], chart, "default", "--set", f"captchaai.threads={threads}",
+                           "--set", f"worker.concurrency={concurrency}"), env=helm_env).stdout
+    r = Rendering(HELMS[0], "cap", out)
+    assert r.one("ScaledObject")["spec"]["maxReplicaCount"] == cap
+    assert cap * concurrency <= threads < (cap + 1) * concurrency
