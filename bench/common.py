@@ -12,7 +12,6 @@ import importlib.metadata as md
 import json
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from typing import Any
 import redis
 
 from captcha_worker.localredis import LocalRedis, free_port, wait_port
+from captcha_worker.localredis import stop_process as stop_process  # noqa: PLC0414 - the benchmarks import it from here
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -34,20 +34,6 @@ ARQ_VENV = ROOT / ".venv" / "bench-arq"  # arq pins redis-py < 6, so it gets a v
 
 
 # -- small process helpers ----------------------------------------------------------------------------------
-def stop_process(proc: subprocess.Popen[Any] | None, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-    """Stop one process we started (by its own handle, never by name)."""
-    if proc is None or proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        proc.wait(5)
-
-
 def python_env(**extra: str) -> dict[str, str]:
     """The environment for a child Python of this repo: no inherited worker/redis settings, repo on the path."""
     env = {k: v for k, v in os.environ.items()

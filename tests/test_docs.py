@@ -189,17 +189,33 @@ def test_the_package_imports_run_one_way() -> None:
     modules = {f"captcha_worker.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"}
     modules.add("captcha_worker.simulator")
     graph: dict[str, set[str]] = {m: set() for m in modules}
-    for path in [*package.glob("*.py"), *(package / "simulator").glob("*.py")]:
-        rel = path.relative_to(ROOT / "src").with_suffix("")
+    for source in [*package.glob("*.py"), *(package / "simulator").glob("*.py")]:
+        rel = source.relative_to(ROOT / "src").with_suffix("")
         name = ".".join(p for p in rel.parts if p != "__init__")
         if top(name) in graph:
             graph[top(name)] |= {top(m) for m in _imports(name)} - {top(name)}
     for start in graph:  # a depth-first walk from every module: meeting `start` again is a cycle
-        stack, seen = [(start, [start])], set()
+        stack: list[tuple[str, list[str]]] = [(start, [start])]
+        seen: set[str] = set()
         while stack:
-            node, path = stack.pop()
+            node, trail = stack.pop()
             for nxt in graph.get(node, ()):
-                assert nxt != start, f"import cycle: {' -> '.join([*path, nxt])}"
+                assert nxt != start, f"import cycle: {' -> '.join([*trail, nxt])}"
                 if nxt not in seen:
                     seen.add(nxt)
-                    stack.append((nxt, [*path, nxt]))
+                    stack.append((nxt, [*trail, nxt]))
+
+
+def test_make_phony_names_only_targets_that_exist() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    phony = set(re.search(r"^\.PHONY:(.*)$", makefile, re.M)[1].split())  # type: ignore[index]
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    assert phony == targets, f"not a target: {sorted(phony - targets)}; not .PHONY: {sorted(targets - phony)}"
+
+
+def test_the_readme_documents_every_make_target() -> None:
+    readme = (ROOT / "README.md").read_text()
+    development = readme.split("## Development", 1)[1].split("\n## ", 1)[0]
+    for target in ("unit", "test", "lint", "demo"):
+        assert f"make {target}" in readme, f"README does not mention make {target}"
+    assert "make unit" in development, "the inner loop belongs in the README's development section"

@@ -31,9 +31,11 @@ from captcha_worker.config import (
     redact_url,
 )
 from captcha_worker.connection import connect, describe_refusal, refusal, tls_hint
+from captcha_worker.metrics import ProbeServer
 from captcha_worker.output import Progress, outcome_json
 from captcha_worker.queue import DeadLetter, RedisQueue
 from captcha_worker.task import payload_view
+from captcha_worker.worker import open_worker
 
 EXIT_OK, EXIT_FAIL, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -93,10 +95,6 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 
 async def _run_worker(cfg: WorkerConfig) -> int:
-    # only `run` needs the worker and prometheus_client: imported here, they would cost every other command
-    from captcha_worker.metrics import ProbeServer  # noqa: PLC0415
-    from captcha_worker.worker import open_worker  # noqa: PLC0415
-
     stop, hard = asyncio.Event(), asyncio.Event()
     _stop_on_signals(stop, hard)
     async with open_worker(cfg) as worker, AsyncExitStack() as stack:

@@ -39,6 +39,20 @@ def wait_port(port: int, timeout: float = 15.0) -> None:
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    """Stop one process we started, by its own handle (never by name): ``sig``, then SIGKILL after ``timeout``."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(5)
+
+
 def redis_server_binary() -> str | None:
     return shutil.which("redis-server")
 
@@ -101,15 +115,7 @@ class LocalRedis:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
         """Stop the process (SIGKILL when it outlives ``timeout``); the data directory stays until ``close``."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc, sig, timeout)
 
     def restart(self, down_for: float = 0.0) -> None:
         self.stop()

@@ -148,7 +148,11 @@ class ProbeServer:
         app.router.add_get("/readyz", self._readyz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
+        try:
+            await web.TCPSite(self._runner, self.host, self.port).start()
+        except OSError:
+            await self._runner.cleanup()  # __aexit__ is not called when __aenter__ raises
+            raise
         if self.port == 0:  # the port the OS chose
             self.port = int(self._runner.addresses[0][1])
         return self

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from captcha_worker.queue import Keys
+
 from .chartlib import (
     CHART,
     EXAMPLES,
@@ -374,3 +376,18 @@ def test_the_replica_cap_rounds_down(chart: Path, helm_env: dict[str, str], thre
     r = Rendering(HELMS[0], "cap", out)
     assert r.one("ScaledObject")["spec"]["maxReplicaCount"] == cap
     assert cap * concurrency <= threads < (cap + 1) * concurrency
+
+
+def test_keda_watches_the_lists_the_python_code_names(renderings: dict[tuple[str, str], Rendering]) -> None:
+    """The chart formats the Redis list names KEDA counts itself (`{<queue>}:pending`, ...): they must be the
+    keys `queue.Keys` makes for the queue the workers are given, and the compat list the workers also read."""
+    for (helm, case), r in renderings.items():
+        if "ScaledObject" not in r.kinds():
+            continue
+        data = r.one("ConfigMap", "-worker")["data"]
+        keys = Keys(data.get("QUEUE_NAME", "captcha"))
+        lists = [t["metadata"]["listName"] for t in r.one("ScaledObject")["spec"]["triggers"]
+                 if "listName" in t["metadata"]]
+        expected = [keys.pending, keys.processing] + ([data["COMPAT_QUEUE_LIST"]] if data.get("COMPAT_QUEUE_LIST")
+                                                      else [])
+        assert lists == expected, f"{helm} {case}: {lists}"
