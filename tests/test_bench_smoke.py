@@ -15,6 +15,8 @@ import pytest
 
 from tests.helpers import ROOT, redis_server_binary
 
+pytestmark = pytest.mark.slow  # every benchmark end to end, in smoke mode (~100 s)
+
 SUMMARY = {"median", "min", "max", "n", "runs"}
 COMMON = {"benchmark", "smoke", "generated_at", "duration_s", "machine", "params", "targets"}
 MACHINE = {"cpu_model", "cpu_count", "python", "redis_server", "packages", "git_commit"}

@@ -390,7 +390,10 @@ def test_simulator_process_logs_structured_lines(certificate: tuple[Path, Path])
         asyncio.run(_hit_process(url.group(0), ca))
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        proc.wait(30)
+    # read through the same buffered streams readline() used: communicate() reads the raw pipes and would lose
+    # whatever readline() had already buffered past the first line
+    out, err = proc.stdout.read(), (proc.stderr.read() if proc.stderr else "")
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     events = {line["event"]: line for line in lines}
     assert events["simulator.started"]["keys"] == 1 and events["simulator.started"]["url"] == url.group(0)
