@@ -6,6 +6,7 @@ import pytest
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
+from captcha_worker import metrics
 from captcha_worker.config import RedisConfig, Secret
 from captcha_worker.connection import RedisUnavailable, Refusal, connect, is_cross_slot, refusal
 
@@ -86,6 +87,4 @@ async def test_the_factory_applies_every_setting(redis_server: object) -> None:
 
 
 def test_the_metric_label_list_is_the_refusal_enum() -> None:
-    from captcha_worker import metrics
-
     assert metrics.REDIS_REFUSALS == tuple(r.value for r in Refusal)

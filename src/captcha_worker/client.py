@@ -48,7 +48,7 @@ from captcha_worker.config import (
     Secret,
 )
 from captcha_worker.connection import RedisUnavailable, Refusal, connect, refusal, tls_hint
-from captcha_worker.queue import Keys, Lookup, Queue, Text, as_awaitable
+from captcha_worker.queue import DeadLetter, Keys, Lookup, QueueStats, RedisQueue, Text, as_awaitable
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_task
 
 T = TypeVar("T")
@@ -220,7 +220,7 @@ class CaptchaQueue:
                  task_ttl: int = DEFAULT_TASK_TTL, max_task_bytes: int = DEFAULT_MAX_TASK_BYTES,
                  owns_redis: bool = False, display_url: str = "redis", submit_retry_s: float = SUBMIT_RETRY_S) -> None:
         self.redis = redis
-        self.queue = Queue(redis, queue)
+        self.queue = RedisQueue(redis, queue)
         self.producer_id = producer_id or new_producer_id()
         self.task_ttl = task_ttl
         self.max_task_bytes = max_task_bytes
@@ -370,6 +370,24 @@ class CaptchaQueue:
                 raise
             hint = tls_hint(exc)
             raise QueueUnavailable(why, self._url, f"{doing}: {hint}" if hint else doing) from None
+
+    # -- operating the queue (the `stats` and `dead-letters` commands) ------------------------------------
+    async def stats(self) -> QueueStats:
+        """Pending, processing, dead, budget in use, workers alive (QueueUnavailable when Redis refuses)."""
+        return await self._guarded(self.queue.stats(), doing="reading stats")
+
+    async def dead_letters(self, start: int = 0, count: int = 100) -> list[DeadLetter]:
+        """Dead letters, newest first."""
+        return await self._guarded(self.queue.dead_letters(start, count), doing="reading dead letters")
+
+    async def requeue_dead(self, letter: DeadLetter) -> bool | None:
+        """Put a dead letter's task back on pending (attempts reset, this producer's task TTL): True when
+        requeued, False when the entry is gone meanwhile, None when there is nothing left to requeue."""
+        return await self._guarded(self.queue.requeue_dead(letter, ttl=self.task_ttl), doing="requeueing")
+
+    async def purge_dead(self) -> int:
+        """Delete every dead letter; returns how many there were."""
+        return await self._guarded(self.queue.purge_dead(), doing="purging dead letters")
 
     # -- results ----------------------------------------------------------------------------------------
     def _ensure_listener(self) -> None:

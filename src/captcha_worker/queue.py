@@ -562,7 +562,7 @@ def _str_or_none(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class Queue:
+class RedisQueue:
     """One queue's Redis operations. Stateless apart from the registered scripts; safe to share."""
 
     def __init__(self, redis: Redis, name: str) -> None:
@@ -797,3 +797,7 @@ def _claimed(quad: Sequence[Any]) -> Claimed:
     item, body, attempts, flag = quad
     return Claimed(item=as_text(item), body=None if body is None else as_text(body), attempts=int(attempts or 0),
                    flag=ClaimFlag(int(flag)))
+
+
+#: the former name, kept while worker.py still uses it (one meaning: this class; producers use client.CaptchaQueue)
+Queue = RedisQueue
