@@ -153,9 +153,12 @@ async def test_a_bad_key_stops_claiming_keeps_tasks_queued_and_recovers(
 @pytest.mark.parametrize("over_cap", [OverCap.ZERO_BALANCE, OverCap.NO_SLOT, OverCap.HTTP429])
 async def test_capacity_errors_are_retried_never_failed(redis_server: Any, producer: CaptchaQueue,
                                                         over_cap: OverCap) -> None:
-    """The worker is told 6 threads but the plan has 2: the API refuses the rest, tasks still all succeed."""
-    async with simulator(threads=2, over_cap=over_cap) as sim, \
-            worker(redis_server.url, sim, CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6"):
+    """The worker is told 6 threads and threadsinfo says 6, but the plan has 2 free (it shrank since, or another
+    client uses the key): the API refuses the rest, tasks still all succeed."""
+    async with simulator(threads=6, over_cap=over_cap) as sim, \
+            worker(redis_server.url, sim, CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6") as w:
+        await asyncio.wait_for(w._plan_read.wait(), 10)
+        sim.simulator.reconfigure(dataclasses.replace(sim.simulator.config, threads=2))
         ids = await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(12)])
         outcomes = [o async for o in producer.as_completed(ids, timeout=60)]
         stats = sim.stats()
@@ -255,14 +258,14 @@ async def test_a_compat_list_outside_the_hash_slot_is_logged_once_and_dropped(
 
     from captcha_worker.queue import Queue
 
-    real_claim = Queue.claim
+    real_claim = Queue.claim_reply
 
     async def claim(self: Queue, n: int, **kw: Any) -> Any:
         if kw.get("compat_list"):
             raise rexc.ClusterCrossSlotError("Keys in request don't hash to the same slot")
         return await real_claim(self, n, **kw)
 
-    monkeypatch.setattr(Queue, "claim", claim)
+    monkeypatch.setattr(Queue, "claim_reply", claim)
     async with simulator() as sim, worker(redis_server.url, sim, COMPAT_QUEUE_LIST="captcha:queue") as w:
         outcome = await producer.solve("turnstile", TURNSTILE, timeout=30)
         assert w.compat_list is None and w.redis_ok
