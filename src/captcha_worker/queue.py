@@ -325,8 +325,8 @@ redis.call('LREM', processing, 1, item)
 redis.call('ZREM', leases, item)
 budget_settle(KEYS[6], unit, hold_s, owns(task, worker))
 if ARGV[2] ~= '' and redis.call('EXISTS', task) == 1 then
+  redis.call('HSET', task, 'state', 'done')  -- first: a hash left without fields would be deleted, and its TTL lost
   redis.call('HDEL', task, 'body', 'owner', 'captcha_until', 'captcha_id')
-  redis.call('HSET', task, 'state', 'done')
   if captcha ~= '' then redis.call('HSET', task, 'captcha_id', captcha) end
 end
 return deliver(KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4])
