@@ -286,3 +286,15 @@ def worker_env(redis_url: str, *, concurrency: int, threads: int, api_url: str =
                      METRICS_HOST="127.0.0.1", DRAIN_GRACE_SECONDS="1")
     env.update(extra)
     return env
+
+
+def wait_for_workers(r: Any, n: int, *, timeout: float = 30.0, settle_s: float = 0.5,
+                     procs: Sequence[subprocess.Popen[Any]] = ()) -> None:
+    """Until `n` workers registered the limit they enforce (`{captcha}:limits`), then `settle_s` for their first
+    threadsinfo read (claims wait for it). A worker that exits meanwhile fails the benchmark."""
+    deadline = time.monotonic() + timeout
+    while r.zcount("{captcha}:limits", time.time(), "+inf") < n:
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            raise RuntimeError(f"bench: {n} workers did not start")
+        time.sleep(0.05)
+    time.sleep(settle_s)

@@ -8,8 +8,18 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from captcha_worker.budget import unit_of
-from captcha_worker.queue import Ack, ClaimFlag, Keys, Lookup, Queue, QueueStats, Record, RecordOutcome, Verdict, dead_entry
+from captcha_worker.queue import (
+    Ack,
+    ClaimFlag,
+    Keys,
+    Lookup,
+    Queue,
+    QueueStats,
+    Record,
+    RecordOutcome,
+    Verdict,
+    dead_entry,
+)
 from captcha_worker.task import Result, Status
 
 LEASE_ARGS = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100, "w", -1]  # lease s, prefixes, max bytes, dead cap,
@@ -133,7 +143,7 @@ async def test_release_requeues_and_counts_only_api_side_failures(q: Queue, any_
     await q.release(a.item, failure=True, front=False, last_error="HTTP_5XX", worker="w", unit=a.unit)
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["b", "a"]
     assert await any_redis.hget(q.keys.task("a"), "failures") == "1"
-    (b, a) = await q.claim(2, lease_s=30, worker="w")
+    (_, a) = await q.claim(2, lease_s=30, worker="w")
     assert a.attempt == 2 and a.deaths == 0
 
 
@@ -272,7 +282,7 @@ async def test_a_solve_left_running_keeps_its_unit_and_is_resumed(q: Queue, any_
     """in.php answered (RECORD), then the worker drained past its grace: the task goes back with its captcha id and
     its unit; the next claim takes that unit over (none free needed) and is told the id and its time left."""
     await q.push([("a", body("a"))], ttl=100)
-    (a,) = await q.claim(1, lease_s=30, worker="w1", limit=1)
+    await q.claim(1, lease_s=30, worker="w1", limit=1)
     assert await q.record(Record("a", "w1", "t:a", "9001", 60)) is RecordOutcome.RECORDED
     assert await any_redis.hget(q.keys.task("a"), "captcha_id") == "9001"
     assert await any_redis.zscore(q.keys.budget, "t:a") > (await any_redis.time())[0] + 50, "held past the lease"
@@ -308,7 +318,8 @@ async def test_a_worker_that_lost_its_task_records_its_solve_apart(q: Queue, any
     assert await q.record(Record("a", "w1", "t:a", "1001", 60)) is RecordOutcome.STRAY
     assert await any_redis.hget(q.keys.task("a"), "captcha_id") == "2002"
     assert sorted(await any_redis.zrange(q.keys.budget, 0, -1)) == ["t:a", "t:a~1001"]
-    await q.ack("a", Result("a", Status.SOLVED, solution="s", captcha_id="1001"), unit="t:a~1001", worker="w1", result_ttl=60)
+    await q.ack("a", Result("a", Status.SOLVED, solution="s", captcha_id="1001"), unit="t:a~1001", worker="w1",
+                result_ttl=60)
     assert await any_redis.zrange(q.keys.budget, 0, -1) == ["t:a"], "w1 settles only its own unit"
 
 
@@ -333,7 +344,8 @@ async def test_reports_are_queued_only_for_solved_tasks(q: Queue, any_redis: Red
     assert await q.report("a", Verdict.BAD) == "77" and await q.report("a", Verdict.GOOD) == "77"
     assert await q.report("b", Verdict.BAD) is None and await q.report("nope", Verdict.BAD) is None
     taken = await q.take_reports(10)
-    assert [(r.task_id, r.captcha_id, r.verdict) for r in taken] == [("a", "77", Verdict.BAD), ("a", "77", Verdict.GOOD)]
+    assert [(r.task_id, r.captcha_id, r.verdict) for r in taken] == [("a", "77", Verdict.BAD),
+                                                                      ("a", "77", Verdict.GOOD)]
     assert await q.take_reports(10) == []
 
 
