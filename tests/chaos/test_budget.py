@@ -152,7 +152,8 @@ async def _roll(step: Step, old: list[WorkerProc], new: list[WorkerProc]) -> lis
     overlap = await _while_enforced(step.admin, sim, old_limits)
     codes = [await asyncio.to_thread(p.wait, 60) for p in old]
     st = sim.stats()
-    step.phases[step.name] = {"in_flight_as_new_workers_start": before, "in_flight_at_change": in_flight, "max_in_flight": int(overlap["max_in_flight"]),
+    step.phases[step.name] = {"in_flight_as_new_workers_start": before, "in_flight_at_change": in_flight,
+                              "max_in_flight": int(overlap["max_in_flight"]),
                               "queued": int(st["queued"]), "seconds_until_within_the_new_limit": round(settled, 2),
                               "overlap_s": round(time.monotonic() - t0, 2), "old_exit_codes": codes}
     sim.configure(threads=100)
