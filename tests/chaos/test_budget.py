@@ -105,7 +105,7 @@ async def test_a_rollout_10_20_10_never_exceeds_the_lower_limit(rs: RedisServer,
                     p.signal(signal.SIGKILL)
                     p.wait(10)
     twice = sum(c > 1 for c in per_id.values())
-    Row("rollout-10-20-10", n, len(per_id), await admin.llen(KEYS.dead), n - len(per_id), twice,
+    Row("rollout-mixed-limits", n, len(per_id), await admin.llen(KEYS.dead), n - len(per_id), twice,
         phases["up"]["max_in_flight"], 10,
         {"phases": phases, "in_php_submissions": stats["submitted"], "loop_crashes": crashes(started)}).record()
     assert len(per_id) == n and twice == 0 and await admin.llen(KEYS.dead) == 0
