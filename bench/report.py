@@ -52,14 +52,24 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 # -- blocks -------------------------------------------------------------------------------------------------
+def _per_run(res: dict[str, dict[str, Any]], fact: Callable[[dict[str, Any]], str]) -> str:
+    """One machine fact; when the runs disagree (the VM changed between them), which run saw which."""
+    seen: dict[str, list[str]] = {}
+    for name, doc in res.items():
+        seen.setdefault(fact(doc["machine"]), []).append(name.split("_")[0].upper())
+    if len(seen) == 1:
+        return next(iter(seen))
+    return "; ".join(f"{value} ({', '.join(runs)})" for value, runs in seen.items())
+
+
 def block_machine(res: dict[str, dict[str, Any]]) -> str:
     any_doc = next(iter(res.values()))
     m = any_doc["machine"]
     pk = m["packages"]
     rows = [
-        ["CPU", f"{m['cpu_model']}, {m['cpus_usable']} usable cores"],
+        ["CPU", _per_run(res, lambda m: f"{m['cpu_model']}, {m['cpus_usable']} usable cores")],
         ["memory", f"{m['mem_total_gib']} GiB"],
-        ["OS", m["os"]],
+        ["OS", _per_run(res, lambda m: str(m["os"]))],
         ["Python", m["python"]],
         ["redis-server", m["redis_server"]],
         ["packages", ", ".join(f"{k} {v}" for k, v in pk.items() if v)],
