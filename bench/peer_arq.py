@@ -21,7 +21,7 @@ from arq.connections import RedisSettings
 from arq.logs import default_log_config
 from arq.worker import Worker, func
 
-from bench.peer_common import PARAMS, Tracker, enqueue_all, parse_args, write_result
+from bench.peer_common import PARAMS, Tracker, enqueue_all, parse_args, run_child, serve_until
 
 POLL_DELAY = {"default": 0.5, "tuned": 0.01}
 
@@ -45,10 +45,7 @@ async def work(url: str, n: int, concurrency: int, poll_delay: float) -> dict[st
 
     worker = Worker(functions=[func(noop, name="noop")], redis_settings=RedisSettings.from_dsn(url),
                     max_jobs=concurrency, poll_delay=poll_delay, handle_signals=False, after_job_end=after_job_end)
-    run = asyncio.create_task(worker.async_run())
-    await finished.wait()
-    run.cancel()
-    await asyncio.gather(run, return_exceptions=True)
+    await serve_until(finished, worker.async_run())
     await worker.close()
     return tracker.result()
 
@@ -56,12 +53,8 @@ async def work(url: str, n: int, concurrency: int, poll_delay: float) -> dict[st
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args("peer_arq", tuple(POLL_DELAY), argv)
     logging.config.dictConfig(default_log_config(verbose=False))
-    if ns.mode == "work":
-        out = asyncio.run(work(ns.url, ns.n, ns.concurrency, POLL_DELAY[ns.variant]))
-    else:
-        out = asyncio.run(produce(ns.url, ns.n, ns.gather))
-    write_result(ns.result, out)
-    return 0
+    return run_child(ns, lambda: produce(ns.url, ns.n, ns.gather),
+                     lambda: work(ns.url, ns.n, ns.concurrency, POLL_DELAY[ns.variant]))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 PARAMS = {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}
@@ -78,6 +78,25 @@ async def enqueue_all(n: int, gather: bool, one: Callable[[], Awaitable[Any]]) -
         for _ in range(n):
             await one()
     return time.perf_counter() - t
+
+
+async def serve_until(finished: asyncio.Event, serving: Coroutine[Any, Any, Any],
+                      stop: Callable[[], Awaitable[Any]] | None = None) -> None:
+    """Run an asyncio worker's main coroutine until `finished` is set; then its own stop (if it has one) and a
+    cancel."""
+    task = asyncio.create_task(serving)
+    await finished.wait()
+    if stop is not None:
+        await stop()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def run_child(ns: argparse.Namespace, produce: Callable[[], Coroutine[Any, Any, dict[str, Any]]],
+              work: Callable[[], Coroutine[Any, Any, dict[str, Any]]]) -> int:
+    """main() of an asyncio peer: run the mode's coroutine, write what it returns."""
+    write_result(ns.result, asyncio.run(work() if ns.mode == "work" else produce()))
+    return 0
 
 
 def write_result(path: str, data: dict[str, Any]) -> None:

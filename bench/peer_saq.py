@@ -15,7 +15,7 @@ from typing import Any
 
 from saq import Queue, Worker
 
-from bench.peer_common import PARAMS, Tracker, enqueue_all, parse_args, write_result
+from bench.peer_common import PARAMS, Tracker, enqueue_all, parse_args, run_child, serve_until
 
 
 async def produce(url: str, n: int, gather: bool) -> dict[str, Any]:
@@ -39,23 +39,14 @@ async def work(url: str, n: int, concurrency: int) -> dict[str, Any]:
     queue = Queue.from_url(url, name="bench")
     await queue.connect()
     worker = Worker(queue, functions=[("noop", noop)], concurrency=concurrency, after_process=after)
-    run = asyncio.create_task(worker.start())
-    await finished.wait()
-    await worker.stop()
-    run.cancel()
-    await asyncio.gather(run, return_exceptions=True)
+    await serve_until(finished, worker.start(), worker.stop)
     await queue.disconnect()
     return tracker.result()
 
 
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args("peer_saq", ("default",), argv)
-    if ns.mode == "work":
-        out = asyncio.run(work(ns.url, ns.n, ns.concurrency))
-    else:
-        out = asyncio.run(produce(ns.url, ns.n, ns.gather))
-    write_result(ns.result, out)
-    return 0
+    return run_child(ns, lambda: produce(ns.url, ns.n, ns.gather), lambda: work(ns.url, ns.n, ns.concurrency))
 
 
 if __name__ == "__main__":
