@@ -19,6 +19,7 @@ Per repetition (systems interleaved, so machine load hits all of them alike):
 * extra producer variants: our one-by-one ``submit()``, and the asyncio peers with 50 enqueues in flight;
 * ``redis-benchmark -P 1 -c <concurrency>`` for SET, LPUSH, LPOP and EVALSHA of a trivial script.
 """
+
 from __future__ import annotations
 
 import contextlib
