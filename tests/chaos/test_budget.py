@@ -213,7 +213,7 @@ async def test_a_payload_that_kills_every_worker_ends_in_a_dead_letter(
     """Whichever worker holds the poison task dies (SIGKILL, as if the payload crashed it): after MAX_WORKER_DEATHS
     deaths the next claim dead-letters it with the count; the other tasks are solved, none dead-lettered."""
     n, reply, deaths_cap = 60, "poison", 3
-    with simulator(tmp_path, "--threads", "50", "--speed", SPEED, "--latency", "recaptcha_v2=100:0") as sim:
+    with simulator(tmp_path, "--threads", "50", "--speed", SPEED, "--latency", "recaptcha_v2=2000:0") as sim:  # 100 s
         env = worker_env(rs.url, sim.url, MAX_WORKER_DEATHS=str(deaths_cap), WORKER_CONCURRENCY="5")
         poison = json.dumps({"id": "poison", "method": "userrecaptcha", "reply_to": reply, "submitted_at": time.time(),
                              "params": {"googlekey": "6Le" + "A" * 37, "pageurl": "https://example.com"}})
