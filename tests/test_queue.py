@@ -252,8 +252,8 @@ async def test_the_effective_limit_is_the_smallest_a_live_worker_enforces(q: Que
     """Raising takes effect once no live worker enforces a lower limit; lowering at once."""
     await q.heartbeat("old", limit=10, limit_alive_s=0.3)
     await q.heartbeat("new", limit=20)
-    assert (await q.budget.state()).limit == 10
-    assert (await q.budget.state(limit=5)).limit == 5, "the caller's own limit counts too"
+    assert (await q.budget.state()).limit == await q.budget.limit() == 10
+    assert (await q.budget.state(limit=5)).limit == await q.budget.limit(own=5) == 5, "the caller's own counts too"
     assert len(await q.budget.acquire([f"t:{i}" for i in range(30)], limit=20, lease_s=30)) == 10
     await asyncio.sleep(0.4)  # "old" stopped heartbeating (killed): its limit lapses
     assert (await q.budget.state()).limit == 20
@@ -263,6 +263,7 @@ async def test_the_effective_limit_is_the_smallest_a_live_worker_enforces(q: Que
     assert await q.budget.acquire(["t:more"], limit=20, lease_s=30) == [], "no unit while 20 >= 8 are in use"
     await q.forget_worker("new", limit=8)
     assert (await q.budget.state()).limit is None, "no live worker left: no limit known"
+    assert await q.budget.limit() is None and await q.budget.limit(own=3) == 3
 
 
 async def test_a_full_budget_stops_the_claim_and_leaves_the_item_first(q: Queue, any_redis: Redis) -> None:

@@ -142,7 +142,9 @@ class BudgetState:
 
 
 class Budget:
-    """The budget's operations outside a claim: acquire, renew, release, and the limit in effect."""
+    """The budget's operations outside a claim: acquire, renew, release, and the limit in effect (``limit``;
+    ``state`` adds the units in use). ``Queue.budget`` is one, on the queue's keys; a caller that shares the plan
+    some other way (tenant shares of a gateway) builds on these four and the key layout above."""
 
     def __init__(self, redis: Redis, *, units: str, limits: str) -> None:
         self.redis = redis
@@ -167,6 +169,10 @@ class Budget:
     async def release(self, units: Sequence[str]) -> None:
         if units:
             await cast(Awaitable[Any], self.redis.zrem(self.units, *units))
+
+    async def limit(self, *, own: int = UNLIMITED) -> int | None:
+        """The limit in effect: the smallest of `own` and every live worker's; None when there is none."""
+        return (await self.state(limit=own)).limit
 
     async def state(self, *, limit: int = UNLIMITED) -> BudgetState:
         """The effective limit (with the caller's own `limit`) and the units in use."""

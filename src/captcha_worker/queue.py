@@ -79,6 +79,11 @@ Transitions of one item (each arrow is one atomic step):
     REPORT         a solved task's captcha id -> reports
     LOOKUP         result, or the state of the id: queued / finished (result expired) / unknown
 
+The budget (``budget.py``, ``Queue.budget``): CLAIM and LEASE *acquire* a unit with the claim, the heartbeat
+*renews* a job's unit with its lease, ACK / BURY / RELEASE *release* it (or hold it while the API may still be
+solving), and the *limit* in effect is the smallest one in ``{q}:limits`` (``Budget.acquire / renew / release /
+limit / state`` outside the scripts).
+
 A reaper runs in every worker; REAP is one script, so two reapers never requeue an item twice (LREM decides).
 A task requeued while its solve may still be running at CaptchaAI (its worker died, drained past the grace, or
 failed its polls) is resumed by its next owner: it polls the recorded captcha id while that id can still be
