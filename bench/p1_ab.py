@@ -26,6 +26,7 @@ def export(ref: str, into: Path) -> Path:
     """`ref`'s src/ and bench/ in `into` (no work tree touched)."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src", "bench"], check=True,
                              capture_output=True).stdout
+    into.mkdir(parents=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into
 
@@ -40,11 +41,16 @@ def _child(cmd: list[str], env: dict[str, str], cwd: Path, out: Path) -> dict[st
 def drain(root: Path, rs: RedisServer, n: int, concurrency: int, tmp: Path) -> dict[str, float]:
     path = os.pathsep.join((str(root / "src"), str(root)))
     rs.client().flushall()
+    # this tree's producer for both: the task format is the queue's contract, the base's bench CLI may differ
     _child([sys.executable, "-m", "bench.p1_child", "produce", "--url", rs.url, "--n", str(n)],
-           python_env(PYTHONPATH=path), root, tmp / "produce.json")
+           python_env(), ROOT, tmp / "produce.json")
     env = worker_env(rs.url, concurrency=concurrency, threads=concurrency, PYTHONPATH=path)
+    r = rs.client()
+    r.config_resetstat()
     res = _child([sys.executable, "-m", "bench.instant", "drain", "--n", str(n)], env, root, tmp / "drain.json")
-    return {"tasks_per_s": n / res["first_to_done_s"], "cpu_us_per_task": 1e6 * res["cpu_s"] / n}
+    scripts = r.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0)
+    return {"tasks_per_s": n / res["first_to_done_s"], "cpu_us_per_task": 1e6 * res["cpu_s"] / n,
+            "redis_script_us_per_task": scripts / n}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, root in (("base", base), ("head", ROOT)):
                 runs[name].append(drain(root, rs, ns.n, ns.concurrency, tmp / "io"))
                 log(f"P1 a/b rep {rep + 1}/{ns.reps} {name}: {runs[name][-1]['tasks_per_s']:.0f} tasks/s")
-    med = {name: {k: summary([r[k] for r in rs_])["median"] for k in ("tasks_per_s", "cpu_us_per_task")}
-           for name, rs_ in runs.items()}
+    keys = ("tasks_per_s", "cpu_us_per_task", "redis_script_us_per_task")
+    med = {name: {k: summary([r[k] for r in rs_])["median"] for k in keys} for name, rs_ in runs.items()}
     base_rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ns.base], capture_output=True,
                               text=True, check=True).stdout.strip()
     print(json.dumps({"base": f"{ns.base} ({base_rev})", "n": ns.n, "concurrency": ns.concurrency,

@@ -34,10 +34,24 @@ UNLIMITED = -1
 UNIT_PREFIX = "t:"
 STRAY_MARK = "~"
 
-# Needs `now` (the scripts' server time). `b` is {units = key, limits = key, own = limit or UNLIMITED}.
-LUA = f"""
+# Need a local `now` (the scripts' server time) declared before them. SETTLE_LUA, for the scripts that only
+# release or hold a unit (ACK, BURY, RELEASE, RECORD), reads `now` only to hold one; LUA adds acquiring and the limit.
+# `b` is {units = key, limits = key, own = limit or UNLIMITED}.
+SETTLE_LUA = f"""
 local UNLIMITED, UNIT_PREFIX, STRAY_MARK = {UNLIMITED}, '{UNIT_PREFIX}', '{STRAY_MARK}'
 """ + """
+-- release (hold_s 0) or hold: the solve may run hold_s more seconds at the API, so the unit stays counted that long.
+-- `mine`: the caller still owns the task (a unit named after a task another worker took over is left to it).
+local function budget_settle(units, unit, hold_s, mine)
+  if unit == '' then return end
+  if hold_s > 0 then
+    redis.call('ZADD', units, 'GT', now + hold_s, unit)
+  elseif mine or string.find(unit, STRAY_MARK, 1, true) then
+    redis.call('ZREM', units, unit)
+  end
+end
+"""
+LUA = SETTLE_LUA + """
 local BUDGET_FULL, BUDGET_TAKEN, BUDGET_HELD = 0, 1, 2
 -- the smallest limit of a live worker, and the caller's own
 local function budget_limit(b)
@@ -58,24 +72,16 @@ end
 -- acquire: HELD when the unit exists (a solve left running by an earlier owner), TAKEN when a free one was taken,
 -- FULL when none is free
 local function budget_take(b, unit, lease_s)
-  if redis.call('ZSCORE', b.units, unit) then
-    redis.call('ZADD', b.units, 'GT', now + lease_s, unit)
-    return BUDGET_HELD
+  if b.limit == UNLIMITED or b.in_use < b.limit then
+    if redis.call('ZADD', b.units, 'NX', now + lease_s, unit) == 1 then  -- one call on the common path
+      b.in_use = b.in_use + 1
+      return BUDGET_TAKEN
+    end
+  elseif not redis.call('ZSCORE', b.units, unit) then
+    return BUDGET_FULL
   end
-  if b.limit ~= UNLIMITED and b.in_use >= b.limit then return BUDGET_FULL end
-  redis.call('ZADD', b.units, now + lease_s, unit)
-  b.in_use = b.in_use + 1
-  return BUDGET_TAKEN
-end
--- release (hold_s 0) or hold: the solve may run hold_s more seconds at the API, so the unit stays counted that long.
--- `mine`: the caller still owns the task (a unit named after a task another worker took over is left to it).
-local function budget_settle(units, unit, hold_s, mine)
-  if unit == '' then return end
-  if hold_s > 0 then
-    redis.call('ZADD', units, 'GT', now + hold_s, unit)
-  elseif mine or string.find(unit, STRAY_MARK, 1, true) then
-    redis.call('ZREM', units, unit)
-  end
+  redis.call('ZADD', b.units, 'GT', now + lease_s, unit)
+  return BUDGET_HELD
 end
 """
 

@@ -116,7 +116,7 @@ class Job:
     claimed_at: float = field(default_factory=time.time)
     stats: SolveStats = field(default_factory=SolveStats)
     resume: Resume | None = None  # a solve an earlier owner left running at the API
-    record: asyncio.Future[RecordOutcome | None] | None = None  # the RECORD of the captcha id, once sent
+    record: PendingRecord | None = None  # the RECORD of the captcha id, once sent
 
     @classmethod
     def from_claim(cls, c: Claimed) -> Job:
@@ -142,7 +142,7 @@ class Job:
     def current_unit(self) -> str | None:
         """The unit that counts this job's solve: the claimed one, or a stray one (see budget.stray_unit)."""
         rec = self.record
-        if rec is not None and rec.done() and not rec.cancelled() and rec.result() is RecordOutcome.STRAY:
+        if rec is not None and rec.outcome is RecordOutcome.STRAY:
             assert self.task is not None and self.stats.captcha_id is not None
             return stray_unit(self.task.id, self.stats.captcha_id)
         return self.unit
@@ -209,7 +209,7 @@ class JobRunner:
 
     async def _load(self, job: Job, claimed: Claimed) -> Task | None:
         """The claimed item's Task, or None when it was settled here (invalid, no body, duplicate, adopted)."""
-        if is_raw_item(claimed.item):
+        if claimed.body is None and is_raw_item(claimed.item):  # a body: the claim script saw a task id
             await self._adopt(job, claimed.item)
             return None
         task_id = cast(str, claimed.item)
@@ -322,7 +322,7 @@ class JobRunner:
 
     async def _finish(self, job: Job, task: Task, result: Result, solved_at: float | None = None) -> None:
         full = self._full_result(job, task, result, solved_at)
-        if job.record is not None and not job.record.done():
+        if job.record is not None:
             job.record.cancel()  # not sent yet: the ACK carries the captcha id and settles the unit itself
         won = await self.writes.ack(Ack(job.item, full, task.reply_to, unit=job.current_unit(), hold_s=job.hold_s(),
                                         worker=self.host.id))
@@ -384,6 +384,21 @@ class JobRunner:
         return out if out is not None else ([False] * len(acks), [RecordOutcome.STRAY] * len(records))
 
 
+class PendingRecord:
+    """A RECORD queued with the next batch: `outcome` once it was sent; cancelled while still queued, it is not."""
+
+    __slots__ = ("cancelled", "outcome", "rec", "sent")
+
+    def __init__(self, rec: Record) -> None:
+        self.rec = rec
+        self.sent = self.cancelled = False
+        self.outcome: RecordOutcome | None = None
+
+    def cancel(self) -> None:
+        if not self.sent:
+            self.cancelled = True
+
+
 class Writes:
     """RECORDs and ACKs that jobs reach in the same event-loop turn go out together: one round trip for all. A
     RECORD cancelled before its turn came (the job's ACK overtook it) is not sent."""
@@ -393,14 +408,14 @@ class Writes:
         self._flush = flush
         self._max = max_batch
         self._acks: list[tuple[Ack, asyncio.Future[bool]]] = []
-        self._records: list[tuple[Record, asyncio.Future[RecordOutcome | None]]] = []
+        self._records: list[PendingRecord] = []
         self._runner: asyncio.Task[None] | None = None
 
-    def record(self, rec: Record) -> asyncio.Future[RecordOutcome | None]:
-        fut: asyncio.Future[RecordOutcome | None] = asyncio.get_running_loop().create_future()
-        self._records.append((rec, fut))
+    def record(self, rec: Record) -> PendingRecord:
+        pending = PendingRecord(rec)
+        self._records.append(pending)
         self._kick()
-        return fut
+        return pending
 
     async def ack(self, ack: Ack) -> bool:
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -415,11 +430,13 @@ class Writes:
     async def _run(self) -> None:
         while self._acks or self._records:
             acks, self._acks = self._acks[: self._max], self._acks[self._max:]
-            records = [(r, f) for r, f in self._records if not f.cancelled()]
+            records = [r for r in self._records if not r.cancelled]
             self._records = []
+            for r in records:
+                r.sent = True
             recorded: list[RecordOutcome | None] = [None] * len(records)
             try:
-                won, outcomes = await self._flush([a for a, _ in acks], [r for r, _ in records])
+                won, outcomes = await self._flush([a for a, _ in acks], [r.rec for r in records])
                 recorded = list(outcomes)
             except Exception as exc:  # handed to each waiting job; a RECORD is best effort
                 for _, fut in acks:
@@ -429,9 +446,8 @@ class Writes:
             for (_, fut), w in zip(acks, won, strict=False):
                 if not fut.done():
                     fut.set_result(w)
-            for (_, rfut), outcome in zip(records, recorded, strict=True):
-                if not rfut.done():
-                    rfut.set_result(outcome)
+            for r, outcome in zip(records, recorded, strict=True):
+                r.outcome = outcome
 
 
 def seed_entry(result: Result, worker_id: str) -> str:

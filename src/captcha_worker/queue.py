@@ -124,6 +124,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
+# ACK's server time: read only when a unit is to be held (`hold` > 0), the common path needs none.
+_NOW_TO_HOLD = """
+local now = 0
+if tonumber({hold}) > 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+"""
+
 # KEYS[1] pending  then per task: KEYS[2k] task hash, KEYS[2k+1] result | ARGV[1] ttl  ARGV[2] '1' = push to
 # the front  ARGV[3..] id, body pairs.   A task whose id is known (hash or result exists) is left alone: a
 # repeated submit is a no-op.  Returns how many tasks were new.
@@ -169,7 +178,7 @@ local function bury_too_large(c, item)
 end
 local function leased(c, item, flag)
   redis.call('ZADD', c.leases, now + c.lease_s, item)
-  redis.call('ZREM', c.orphans, item)
+  if c.any_orphans then redis.call('ZREM', c.orphans, item) end
   return {item, false, 0, 0, flag, false, false, false}
 end
 local function lease(c, item)
@@ -193,6 +202,7 @@ local function lease(c, item)
 end
 local function claim_ctx(k, a)
   return {processing = k.processing, leases = k.leases, orphans = k.orphans, dead = k.dead,
+          any_orphans = redis.call('EXISTS', k.orphans) == 1,  -- almost never: no ZREM per item then
           lease_s = tonumber(a.lease_s), task_prefix = a.task_prefix, result_prefix = a.result_prefix,
           max_bytes = tonumber(a.max_bytes), dead_cap = tonumber(a.dead_cap), worker = a.worker,
           b = budget_open({units = k.budget, limits = k.limits, own = tonumber(a.limit)})}
@@ -285,7 +295,7 @@ return ADOPTED
 # can be answered.   in.php answered: the id goes on the task (the next owner resumes it) and the unit is held
 # until then. Returns RECORDED, or STRAY when another worker owns the task now (this one stalled past its
 # lease): the solve then gets a unit of its own (budget.stray_unit) and the task is left alone.
-_RECORD = _NOW + budget.LUA + """
+_RECORD = _NOW + budget.SETTLE_LUA + """
 local RECORDED, STRAY = 1, 0
 local task, units, worker, unit, captcha, window = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local owner = redis.call('HGET', task, 'owner')
@@ -302,7 +312,7 @@ return RECORDED
 
 # Shared by ACK, BURY and RELEASE: write the result once and notify the producer; whether the caller still owns
 # the task (budget_settle).
-_DELIVER = budget.LUA + """
+_DELIVER = budget.SETTLE_LUA + """
 local function deliver(result_key, reply_key, result, result_ttl, reply_ttl)
   if result == '' then return 0 end
   if not redis.call('SET', result_key, result, 'NX', 'EX', result_ttl) then return 0 end
@@ -314,7 +324,7 @@ local function deliver(result_key, reply_key, result, result_ttl, reply_ttl)
 end
 local function owns(task, worker)
   local owner = redis.call('HGET', task, 'owner')
-  return not owner or owner == worker
+  return not owner or owner == worker, owner ~= false
 end
 """
 
@@ -323,16 +333,22 @@ end
 # ARGV[4] reply ttl  ARGV[5] worker  ARGV[6] unit ('' none)  ARGV[7] seconds to hold it (0: release)  ARGV[8]
 # captcha id of the answer, kept on the tombstone for reports ('' none).   Returns 1 if this result won.  The
 # task hash loses its body and stays, until its TTL, as a tombstone.
-_ACK = _NOW + _DELIVER + """
+_ACK = _NOW_TO_HOLD.format(hold="ARGV[7]") + _DELIVER + """
 local processing, leases, task, item = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local worker, unit, hold_s, captcha = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
 redis.call('LREM', processing, 1, item)
 redis.call('ZREM', leases, item)
-budget_settle(KEYS[6], unit, hold_s, owns(task, worker))
-if ARGV[2] ~= '' and redis.call('EXISTS', task) == 1 then
-  redis.call('HSET', task, 'state', 'done')  -- first: a hash left without fields would be deleted, and its TTL lost
-  redis.call('HDEL', task, 'body', 'owner', 'captcha_until', 'captcha_id')
-  if captcha ~= '' then redis.call('HSET', task, 'captcha_id', captcha) end
+local mine, owned = owns(task, worker)
+budget_settle(KEYS[6], unit, hold_s, mine)
+if ARGV[2] ~= '' and (owned or redis.call('EXISTS', task) == 1) then  -- an owner: the hash exists
+  -- HSET first: a hash left without fields would be deleted, and its TTL lost
+  if captcha ~= '' then
+    redis.call('HSET', task, 'state', 'done', 'captcha_id', captcha)
+    redis.call('HDEL', task, 'body', 'owner', 'captcha_until')
+  else
+    redis.call('HSET', task, 'state', 'done')
+    redis.call('HDEL', task, 'body', 'owner', 'captcha_until', 'captcha_id')
+  end
 end
 return deliver(KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4])
 """
@@ -1047,11 +1063,14 @@ def _lookup_marker(value: bytes) -> Text | Lookup:
         return as_text(value)
 
 
+_CLAIM_FLAGS = tuple(ClaimFlag)  # by value (0..3)
+
+
 def _claimed(f: Sequence[Any]) -> Claimed:
     item, body, failures, deaths, flag, unit, captcha, left = f
-    return Claimed(item=as_text(item), body=None if body is None else as_text(body), failures=int(failures or 0),
-                   deaths=int(deaths or 0), flag=ClaimFlag(int(flag)), unit=_str_or_none(unit),
-                   captcha_id=_str_or_none(captcha), captcha_left_s=None if left is None else float(left))
+    return Claimed(as_text(item), None if body is None else as_text(body), int(failures or 0), int(deaths or 0),
+                   _CLAIM_FLAGS[int(flag)], _str_or_none(unit), _str_or_none(captcha),
+                   None if left is None else float(left))
 
 
 def _claim_reply(reply: Sequence[Any]) -> ClaimReply:

@@ -98,6 +98,7 @@ class Worker:
         self._closing = asyncio.Event()  # jobs are done: background loops end
         self._plan_read = asyncio.Event()  # the first threadsinfo answered (or failed)
         self._jobs: dict[asyncio.Task[None], Job] = {}  # running jobs by their task
+        self._held = 0  # of them, those holding a budget unit
         self.runner = JobRunner(self)
 
     # -- what jobs read -----------------------------------------------------------------------------------
@@ -366,15 +367,16 @@ class Worker:
         t = asyncio.create_task(self.runner.run(job, claimed))
         self._jobs[t] = job
         t.add_done_callback(self._job_done)
-        self._count_units()
+        if job.unit:
+            self._held += 1
+            metrics.BUDGET_HELD.set(self._held)
 
     def _job_done(self, t: asyncio.Task[None]) -> None:
-        self._jobs.pop(t, None)
-        self._count_units()
+        job = self._jobs.pop(t, None)
+        if job is not None and job.unit:
+            self._held -= 1
+            metrics.BUDGET_HELD.set(self._held)
         self._wake.set()
-
-    def _count_units(self) -> None:
-        metrics.BUDGET_HELD.set(sum(1 for j in self._jobs.values() if j.unit))
 
     # -- fatal state --------------------------------------------------------------------------------------
     def enter_fatal(self, code: str) -> None:
