@@ -623,7 +623,7 @@ class ClaimFlag(enum.IntEnum):
 _FIELDS = 8  # values per claimed item in a CLAIM / LEASE reply (_LEASE_ITEM)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # built per task: no frozen __setattr__ cost
 class Claimed:
     item: Text  # exactly what sits in processing (a task id, or a raw payload); for ITEM_TOO_LARGE its SHA-1
     body: Text | None  # task JSON; None for raw items, a missing body, and the flags
@@ -648,7 +648,7 @@ class Claimed:
         return self.captcha_id is not None and (self.captcha_left_s or 0.0) > 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # built per task: no frozen __setattr__ cost
 class ClaimReply:
     """A CLAIM (or LEASE) reply: the items, and the budget as the script saw it."""
 
@@ -658,7 +658,7 @@ class ClaimReply:
     pending: int  # items left in pending
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # built per task: no frozen __setattr__ cost
 class Ack:
     item: Text  # as in processing
     result: Result | None  # None: drop the item (its result exists already)
@@ -668,7 +668,7 @@ class Ack:
     worker: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # built per task: no frozen __setattr__ cost
 class Record:
     """in.php answered: the task's solve is `captcha_id`, answerable `window_s` more seconds."""
 

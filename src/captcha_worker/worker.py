@@ -346,6 +346,7 @@ class Worker:
         self.last_pending = reply.pending
         self._contended = reply.pending > 0 and (reply.budget_full or len(reply.items) >= room)
         self._set_budget(reply.budget.limit, reply.budget.in_use)
+        metrics.BUDGET_HELD.set(self._held + sum(1 for c in reply.items if c.unit))
 
     def _set_budget(self, limit: int | None, in_use: int) -> None:
         self.budget_limit = limit
@@ -368,14 +369,12 @@ class Worker:
         self._jobs[t] = job
         t.add_done_callback(self._job_done)
         if job.unit:
-            self._held += 1
-            metrics.BUDGET_HELD.set(self._held)
+            self._held += 1  # exported with the claims' figures (_observe_claim) and the heartbeat (_export)
 
     def _job_done(self, t: asyncio.Task[None]) -> None:
         job = self._jobs.pop(t, None)
         if job is not None and job.unit:
             self._held -= 1
-            metrics.BUDGET_HELD.set(self._held)
         self._wake.set()
 
     # -- fatal state --------------------------------------------------------------------------------------
@@ -455,6 +454,7 @@ class Worker:
 
     def _export(self, seen: QueueStats) -> None:
         self.last_pending = seen.pending
+        metrics.BUDGET_HELD.set(self._held)
         self._set_budget(seen.budget_limit, seen.budget_in_use)
         metrics.WORKERS_ALIVE.set(seen.workers_alive)
         metrics.QUEUE_DEPTH.labels("pending").set(seen.pending)
