@@ -42,12 +42,12 @@ PLAN = Row("Plan & budget", (
            Q("slots waiting for a thread", f"sum({rate('budget_wait_seconds_total')})", right_unit="short")),
           unit="percentunit"),
     Graph("Plan threads: threadsinfo vs budget",
-          "What CaptchaAI reports (threadsinfo: plan threads, threads busy on the account) against the workers' "
-          "budget (captchaai.threads), the budget units held cluster-wide and by the scraped workers, their solve "
-          "slots and in-flight solves.",
+          "What CaptchaAI reports (threadsinfo: plan threads, threads busy on the account) against the budget in "
+          "effect (the smallest limit a live worker enforces), the budget units held cluster-wide and by the "
+          "scraped workers, their solve slots and in-flight solves.",
           (Q("plan threads (threadsinfo)", f"max({m('plan_threads')})"),
            Q("busy on the account (threadsinfo)", f"max({m('plan_working_threads')})"),
-           Q("budget (captchaai.threads)", f"max({m('budget_limit')})"),
+           Q("budget in effect", f"max({m('budget_limit')})"),
            Q("budget units held (cluster)", f"max({m('budget_in_use')})"),
            Q("budget units held (scraped workers)", f"sum({m('budget_held')})"),
            Q("solve slots", f"sum({m('concurrency_limit')})"),
