@@ -29,7 +29,17 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.common import ROOT, RedisServer, SimulatorProcess, log, percentile, stop_process, summary, worker_env
+from bench.common import (
+    ROOT,
+    RedisServer,
+    SimulatorProcess,
+    log,
+    percentile,
+    stop_process,
+    summary,
+    wait_for_workers,
+    worker_env,
+)
 from captcha_worker.client import CaptchaQueue, Solved, TimedOut
 
 PARAMS = {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}
@@ -112,9 +122,7 @@ def _stack(*, faults: dict[str, float], slow_s: float, seed: int, workers: int, 
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
         try:
             r = rs.client()
-            deadline = time.monotonic() + 30
-            while r.zcard("{captcha}:budget") < min(threads, workers * concurrency) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for_workers(r, workers, procs=procs)
             yield rs, sim
         finally:
             for p in procs:

@@ -8,7 +8,7 @@ values-examples/e2e-pods.yaml, the images of images.sh), one release per Helm ma
   switch  keda.enabled false -> true keeps the running worker count (no drop to 1)
   3       helm test --logs; helm rollback; kubectl delete pod mid-solve; the Redis pod restarted, data kept (AOF)
   4       NetworkPolicies on (ingress and egress): what they allow still works (kube-proxy does not enforce them)
-  2       opt-in (issue 12): helm upgrade --set captchaai.threads up and down while a backlog runs; maxReplicaCount
+  2       opt-in (see README): helm upgrade --set captchaai.threads up and down while a backlog runs; maxReplicaCount
           follows and the simulator never sees more solves than the plan being rolled out
 
 Every measured figure goes to <results>/figures.json and is printed at the end. Needs: KUBECONFIG and PATH from
@@ -608,8 +608,8 @@ def scenario_2(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     """Plan changes while a backlog runs. The simulator is set to the plan being rolled out before each upgrade
     (bought before raising captchaai.threads, reduced together with lowering it); from then on no worker may submit
     a solve that finds the plan full (the simulator counts those: queued), during the rollout included. Solves
-    already in flight when the plan shrinks just finish. Today each worker enforces the CAPTCHAAI_THREADS it started
-    with (issue 12 moves the budget into Redis), so old pods keep the old limit while new ones start."""
+    already in flight when the plan shrinks just finish. The limit is in Redis, the smallest a live worker enforces:
+    the lower one holds from the moment the first new pod registers it; before that the old pods enforce theirs."""
     base = int(rel.sim("stats")["threads"])
     ids = rel.submit(300)
     wait_until(120, "the backlog at full speed", lambda: rel.spec_replicas() == rel.max_replica_count(), interval=1)
@@ -644,7 +644,7 @@ def scenario_2(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
         over = f[step]["sim_queued"] + f[step]["sim_over_cap_rejections"]
         expect(over == 0, f"{step}: the plan of {f[step]['plan_threads']} threads was exceeded during the rollout: "
                           f"{over} submissions found it full ({f[step]['in_flight_at_change']} in flight at the "
-                          f"change, max {f[step]['sim_max_in_flight']}) -- the budget moves into Redis in issue 12")
+                          f"change, max {f[step]['sim_max_in_flight']}) -- before a new pod registered its limit")
     return f
 
 
