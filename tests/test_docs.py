@@ -73,11 +73,15 @@ def _key_shapes() -> dict[str, str]:
     """Every key `queue.Keys` makes, as the tables spell it: `{q}:pending`, `{q}:task:<id>`, ..."""
     keys = Keys("q")
     shapes = {name: getattr(keys, name) for name in ("pending", "processing", "leases", "orphans", "dead", "budget",
-                                                     "workers")}
+                                                     "limits", "workers", "reports")}
     shapes |= {"task": keys.task("<id>"), "result": keys.result("<id>"), "reply": keys.reply("<producer>")}
     public = {n for n, v in vars(Keys).items() if isinstance(v, property | type(Keys.task)) and not n.startswith("_")}
     assert public - {"own", "queue", "task_prefix", "result_prefix"} == set(shapes), "a key of Keys is not listed here"
     return shapes
+
+
+#: the task hash's fields the scripts write (`failures`/`deaths` by HINCRBY)
+TASK_HASH_FIELDS = ("body", "failures", "deaths", "owner", "captcha_id", "captcha_until", "last_error", "state")
 
 
 def test_both_key_tables_list_every_key_and_the_task_hash_fields() -> None:
@@ -91,10 +95,10 @@ def test_both_key_tables_list_every_key_and_the_task_hash_fields() -> None:
         assert listed == set(_key_shapes().values()), f"{where}: {sorted(listed ^ set(_key_shapes().values()))}"
         at = text.index("{q}:task:<id>")
         task_row = text[at:text.index("{q}:result:<id>", at)]
-        for field in ("body", "attempts", "last_error", "state"):
+        for field in TASK_HASH_FIELDS:
             assert f"`{field}`" in task_row, f"{where}: the task hash row lacks `{field}`"
     lua = "\n".join(v for v in vars(queue).values() if isinstance(v, str))
-    for field in ("body", "attempts", "last_error", "state"):
+    for field in TASK_HASH_FIELDS:
         assert f"'{field}'" in lua or f'"{field}"' in lua, f"no script writes the task hash field {field}"
 
 
