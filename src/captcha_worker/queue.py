@@ -3,6 +3,14 @@
 Keys (queue ``q``, default ``captcha``).  All share the hash tag ``{q}`` so scripts and BLMOVE work on Redis
 Cluster; several queues are several tags.
 
+What a Redis Cluster requires of queues: every call here names keys of one queue only, so each lands on the master
+of that queue's slot (the CRC16 of the queue name, the text between the braces). One queue is one slot and so one
+master: it scales by adding queues (``QUEUE_NAME``), not by adding shards, and queues whose names hash to
+different slots spread over the masters. A key outside the tag (``COMPAT_QUEUE_LIST`` not named ``{q}:...``, the
+seed guide's results hash) is a slot of its own: scripts never mix it with the queue's keys but CLAIM's compat
+step, which Cluster refuses (CROSSSLOT, see the table). Durable writes (``REDIS_WAIT_REPLICAS``) send their WAIT
+to the queue slot's master on the same connection as the write (``connection.on_queue_slot``).
+
 =========================  ======  ==========================================================================
 key                        type    meaning
 =========================  ======  ==========================================================================
@@ -74,10 +82,12 @@ from typing import Any, TypeVar, cast
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterPipeline
 from redis.client import NEVER_DECODE
 from redis.commands.core import AsyncScript
 
 from captcha_worker.config import DEFAULT_DEAD_LETTER_MAX, DEFAULT_MAX_TASK_BYTES
+from captcha_worker.connection import Client, NotReplicated, note_redirect, on_queue_slot
 from captcha_worker.task import MAX_ID_LENGTH, Result, valid_task_id
 
 T = TypeVar("T")
@@ -565,10 +575,13 @@ def _str_or_none(value: Any) -> str | None:
 class Queue:
     """One queue's Redis operations. Stateless apart from the registered scripts; safe to share."""
 
-    def __init__(self, redis: Redis, name: str) -> None:
+    def __init__(self, redis: Client, name: str, *, wait_replicas: int = 0, wait_timeout_ms: int = 500) -> None:
+        """`wait_replicas` > 0: pushes, acks and burials wait for that many replicas (REDIS_WAIT_REPLICAS), or
+        raise NotReplicated after `wait_timeout_ms`."""
         self.redis = redis
         self.keys = Keys(name)
-        reg = redis.register_script
+        self.wait_replicas, self.wait_timeout_ms = wait_replicas, wait_timeout_ms
+        reg = cast(Redis, redis).register_script  # RedisCluster has it too; its stub types `self` as Redis
         self._push, self._claim, self._lease = reg(_PUSH), reg(_CLAIM), reg(_LEASE)
         self._renew, self._adopt, self._ack = reg(_RENEW), reg(_ADOPT), reg(_ACK)
         self._bury, self._release, self._reap = reg(_BURY), reg(_RELEASE), reg(_REAP)
@@ -589,7 +602,7 @@ class Queue:
                 keys += [self.keys.task(tid), self.keys.result(tid)]
                 args += [tid, body]
             calls.append((keys, args))
-        return sum(int(n) for n in await self._run_many(self._push, calls)) if calls else 0
+        return sum(int(n) for n in await self._run_many(self._push, calls, durable=True)) if calls else 0
 
     async def lookup(self, ids: Sequence[str]) -> list[Text | Lookup]:
         """Per id: its stored result JSON, or what is known of it (one script call for all)."""
@@ -682,22 +695,42 @@ class Queue:
             tid = a.result.id if a.result else _tid(a.item)
             calls.append(([k.processing, k.leases, k.task(tid), k.result(tid), self._reply_key(a.reply_to, tid)],
                           [a.item, a.result.to_json() if a.result else "", result_ttl, reply_ttl]))
-        return [bool(won) for won in await self._run_many(self._ack, calls)]
+        return [bool(won) for won in await self._run_many(self._ack, calls, durable=True)]
 
-    async def _run_many(self, script: AsyncScript, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+    async def _run_many(self, script: AsyncScript, calls: Sequence[tuple[list[str], list[Any]]], *,
+                        durable: bool = False) -> list[Any]:
         """Calls of one script in one pipelined round trip. EVALSHA directly: redis-py would otherwise send a
         SCRIPT EXISTS round trip before every pipeline. On NOSCRIPT (Redis restarted or flushed its scripts)
-        the script is loaded and the batch sent again: then no call of the batch has run, as they share it."""
+        the script is loaded and the batch sent again: then no call of the batch has run, as they share it.
+        `durable` (with wait_replicas): WAIT after the calls, on their connection; NotReplicated when short."""
+        wait = self.wait_replicas if durable else 0
         for attempt in (1, 2):
+            pin = on_queue_slot(self.redis, self.keys.pending) if wait else {}
             async with self.redis.pipeline(transaction=False) as pipe:
                 for keys, args in calls:
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **pin)
+                if wait:
+                    pipe.execute_command("WAIT", wait, self.wait_timeout_ms, **pin)
                 try:
-                    return list(await pipe.execute())
+                    # a pinned pipeline is never re-sent piecemeal to other nodes: its WAIT would count nothing
+                    if isinstance(pipe, ClusterPipeline) and pin:
+                        replies = list(await pipe.execute(allow_redirections=False))
+                    else:
+                        replies = list(await pipe.execute())
                 except rexc.NoScriptError:
                     if attempt == 2:
                         raise
-            await as_awaitable(self.redis.script_load(script.script))
+                    replies = None
+                except rexc.MovedError as exc:
+                    note_redirect(self.redis, exc)
+                    raise
+            if replies is None:
+                await as_awaitable(self.redis.script_load(script.script))
+                continue
+            confirmed = int(replies.pop()) if wait else 0
+            if confirmed < wait:
+                raise NotReplicated(confirmed, wait, self.wait_timeout_ms)
+            return replies
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _eval_raw(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -713,7 +746,7 @@ class Queue:
 
     async def _raw(self, *args: Any) -> Any:
         """A command whose reply is left as bytes: it carries queue items, which may be any bytes."""
-        return await self.redis.execute_command(*args, **{NEVER_DECODE: True})  # type: ignore[no-untyped-call]
+        return await self.redis.execute_command(*args, **{NEVER_DECODE: True})
 
     async def bury(self, item: Text, entry: str, *, result: Result | None, reply_to: str | None,
                    dead_max: int, result_ttl: int, reply_ttl: int, raw: bool = False) -> tuple[bool, bool]:
@@ -722,10 +755,10 @@ class Queue:
         Returns (buried, answered)."""
         k = self.keys
         tid = result.id if result else "-"
-        done = await self._bury(
-            keys=[k.processing, k.leases, k.dead, k.task(tid), k.result(tid), self._reply_key(reply_to, tid)],
-            args=[item, entry, dead_max, result.to_json() if result else "", result_ttl, reply_ttl,
-                  "1" if raw else "0"])
+        (done,) = await self._run_many(self._bury, [(
+            [k.processing, k.leases, k.dead, k.task(tid), k.result(tid), self._reply_key(reply_to, tid)],
+            [item, entry, dead_max, result.to_json() if result else "", result_ttl, reply_ttl, "1" if raw else "0"],
+        )], durable=True)
         buried, answered = done
         return bool(buried), bool(answered)
 

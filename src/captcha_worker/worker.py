@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from redis import exceptions as rexc
-from redis.asyncio import Redis
 
 from captcha_worker import log as logs
 from captcha_worker import metrics
@@ -59,7 +58,7 @@ from captcha_worker.captchaai import (
     describe,
 )
 from captcha_worker.config import WorkerConfig
-from captcha_worker.connection import Refusal, connect, describe_refusal, is_cross_slot, refusal
+from captcha_worker.connection import Client, Refusal, connect, describe_refusal, is_cross_slot, refusal
 from captcha_worker.log import event
 from captcha_worker.methods import Kind
 from captcha_worker.queue import Ack, Claimed, ClaimFlag, Queue, Text, dead_entry, is_raw_item, item_ref
@@ -109,10 +108,11 @@ class Api(Protocol):
 
 
 class Worker:
-    def __init__(self, cfg: WorkerConfig, redis: Redis, api: Api, *, worker_id: str | None = None) -> None:
+    def __init__(self, cfg: WorkerConfig, redis: Client, api: Api, *, worker_id: str | None = None) -> None:
         self.cfg = cfg
         self.api = api
-        self.queue = Queue(redis, cfg.queue)
+        self.queue = Queue(redis, cfg.queue, wait_replicas=cfg.redis.wait_replicas,
+                           wait_timeout_ms=cfg.redis.wait_timeout_ms)
         self.id = worker_id or default_worker_id()
         self.members = [f"{self.id}:{i}" for i in range(cfg.concurrency)]
         self.held: set[str] = set()  # budget units this worker holds
