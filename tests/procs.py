@@ -29,6 +29,7 @@ class RedisServer:
     dir: str
     proc: subprocess.Popen[bytes] | None = None
     extra: list[str] = field(default_factory=list)
+    client_kwargs: dict[str, Any] = field(default_factory=dict)  # how to reach it (TLS, password) for the ping
 
     @property
     def url(self) -> str:
@@ -40,7 +41,7 @@ class RedisServer:
              "--appendonly", "yes", "--appendfsync", "always", "--save", "", *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.port)
-        client = sync_redis.Redis(port=self.port)
+        client = self.client()
         deadline = time.monotonic() + 15
         while True:
             try:
@@ -51,6 +52,13 @@ class RedisServer:
                     raise
                 time.sleep(0.05)
         client.close()
+
+    def client(self, **kwargs: Any) -> sync_redis.Redis:
+        """A synchronous admin client of this server (close it)."""
+        return sync_redis.Redis(host="127.0.0.1", port=self.port, **{**self.client_kwargs, **kwargs})
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:

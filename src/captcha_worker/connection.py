@@ -274,10 +274,12 @@ def _sentinel_master(rc: RedisConfig, kwargs: dict[str, Any]) -> SentinelMaster:
     return master
 
 
-def on_queue_slot(redis: Client, key: str) -> dict[str, Any]:
+async def on_queue_slot(redis: Client, key: str) -> dict[str, Any]:
     """Keyword arguments that send a command to the master serving `key`'s slot: on a Cluster, so that a WAIT
-    shares the connection of the writes before it in a pipeline; nothing elsewhere (a pipeline is one connection)."""
+    shares the connection of the writes before it in a pipeline; nothing elsewhere (a pipeline is one connection).
+    Reads the slot map first when it is unknown or was marked stale by a node failure."""
     if isinstance(redis, RedisCluster):
+        await redis.initialize()
         return {"target_nodes": redis.get_node_from_key(key)}
     return {}
 

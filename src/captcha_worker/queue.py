@@ -705,7 +705,7 @@ class Queue:
         `durable` (with wait_replicas): WAIT after the calls, on their connection; NotReplicated when short."""
         wait = self.wait_replicas if durable else 0
         for attempt in (1, 2):
-            pin = on_queue_slot(self.redis, self.keys.pending) if wait else {}
+            pin = await on_queue_slot(self.redis, self.keys.pending) if wait else {}
             async with self.redis.pipeline(transaction=False) as pipe:
                 for keys, args in calls:
                     pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **pin)
