@@ -37,7 +37,7 @@ def test_refusals_are_classified_by_type(exc: Exception, why: Refusal) -> None:
 @pytest.mark.parametrize("exc", [
     rexc.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
     rexc.ResponseError("ERR Error running script: attempt to compare nil with number"),
-    rexc.NoScriptError("No matching script"), ValueError("x"), KeyError("y"),
+    ValueError("x"), KeyError("y"),
 ])
 def test_everything_else_is_not_an_outage(exc: Exception) -> None:
     assert refusal(exc) is None

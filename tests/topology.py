@@ -85,6 +85,32 @@ def replicas_online(master: RedisServer) -> int:
                and v.get("state") == "online")
 
 
+def replica_servers(master: RedisServer, by_port: Callable[[int], RedisServer]) -> list[RedisServer]:
+    client = master.client(socket_timeout=2)
+    try:
+        info = client.info("replication")
+    finally:
+        client.close()
+    return [by_port(int(v["port"])) for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+
+
+@contextmanager
+def stalled(servers: list[RedisServer], seconds: float) -> Iterator[None]:
+    """SIGSTOP `servers` for `seconds`, then run the body, then SIGCONT them (nothing when seconds is 0)."""
+    if seconds <= 0:
+        yield
+        return
+    procs = [s.proc for s in servers if s.proc is not None]
+    for p in procs:
+        p.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+        yield
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGCONT)
+
+
 # -- Redis Cluster ------------------------------------------------------------------------------------------
 @dataclass
 class ClusterTopology:
@@ -171,9 +197,12 @@ class ClusterTopology:
                        for p in masters) or None
         poll("the cluster to be healthy (slots served, replicas in sync)", ok, timeout)
 
-    def kill_master_of(self, key: str) -> RedisServer:
+    def kill_master_of(self, key: str, replicas_lag_s: float = 0.0) -> RedisServer:
+        """SIGKILL the master of `key`'s slot. `replicas_lag_s`: first stall its replicas (SIGSTOP) that long
+        while it goes on taking writes, so they lag behind it when it dies (resumed right after the kill)."""
         victim = self.node(self.slot_master(key))
-        victim.stop(signal.SIGKILL)
+        with stalled(replica_servers(victim, self.node), replicas_lag_s):
+            victim.stop(signal.SIGKILL)
         return victim
 
     def wait_failover(self, key: str, old_port: int, timeout: float = 60) -> int:
@@ -379,9 +408,11 @@ class SentinelTopology:
     def server(self, port: int) -> RedisServer:
         return next(s for s in self.servers if s.port == port)
 
-    def kill_master(self) -> RedisServer:
+    def kill_master(self, replicas_lag_s: float = 0.0) -> RedisServer:
+        """SIGKILL the master (`replicas_lag_s`: as ClusterTopology.kill_master_of)."""
         victim = self.server(self.master_port())
-        victim.stop(signal.SIGKILL)
+        with stalled(replica_servers(victim, self.server), replicas_lag_s):
+            victim.stop(signal.SIGKILL)
         return victim
 
     def wait_failover(self, old_port: int, timeout: float = 60) -> int:

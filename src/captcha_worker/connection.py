@@ -46,6 +46,9 @@ nomaster       MasterNotFoundError (sentinel)               no sentinel names a 
                                                             progress, sentinels down, wrong master name)
 moved          MovedError, AskError (durable cluster write) the slot moved (failover): the slot map is reread
 unreplicated   NotReplicated (REDIS_WAIT_REPLICAS)          no replica confirmed the write in time
+noscript       NoScriptError, after the one reload a call   the node lacks our scripts: a promoted replica, or
+               makes itself                                 a restarted node a redirect led to (Cluster);
+                                                            the next try loads them again
 =============  ===========================================  =================================================
 
 Cluster clients raise a few outages as a bare ``RedisClusterException`` (no node reachable, slots not covered
@@ -89,6 +92,7 @@ class Refusal(enum.StrEnum):
     NOMASTER = "nomaster"
     MOVED = "moved"
     UNREPLICATED = "unreplicated"
+    NOSCRIPT = "noscript"
 
 
 _TEXT: dict[Refusal, str] = {
@@ -107,6 +111,7 @@ _TEXT: dict[Refusal, str] = {
                       "and REDIS_SENTINEL_MASTER)",
     Refusal.MOVED: "moving the queue's slot to another node (MOVED, failover)",
     Refusal.UNREPLICATED: "not confirming writes to a replica in time (REDIS_WAIT_REPLICAS, REDIS_WAIT_TIMEOUT_MS)",
+    Refusal.NOSCRIPT: "missing the queue's scripts (after a failover or restart; loading them again)",
 }
 
 
@@ -133,6 +138,7 @@ _BY_TYPE: tuple[tuple[type[BaseException], Refusal], ...] = (
     (rexc.ClusterDownError, Refusal.CLUSTERDOWN),
     (rexc.TryAgainError, Refusal.TRYAGAIN),
     (rexc.AskError, Refusal.MOVED),  # MovedError is an AskError
+    (rexc.NoScriptError, Refusal.NOSCRIPT),
     (rexc.SlotNotCoveredError, Refusal.CLUSTERDOWN),
     (rexc.TimeoutError, Refusal.TIMEOUT),
     (rexc.ConnectionError, Refusal.CONNECTION),

@@ -43,7 +43,7 @@ DEAD_LETTER_CODES = tuple(c.value for c in (
     codes.Code.UNSUPPORTED_METHOD, codes.Code.TASK_EXPIRED, codes.Code.MAX_ATTEMPTS_EXCEEDED, codes.Code.WORKER_ERROR))
 #: why Redis could not serve (connection.Refusal values; kept here so metrics imports nothing of connection)
 REDIS_REFUSALS = ("connection", "timeout", "loading", "oom", "readonly", "masterdown", "noreplicas", "busy",
-                  "tryagain", "clusterdown", "auth", "nomaster", "moved", "unreplicated")
+                  "tryagain", "clusterdown", "auth", "nomaster", "moved", "unreplicated", "noscript")
 
 
 def code_label(code: str) -> str:

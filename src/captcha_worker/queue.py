@@ -704,8 +704,8 @@ class Queue:
         the script is loaded and the batch sent again: then no call of the batch has run, as they share it.
         `durable` (with wait_replicas): WAIT after the calls, on their connection; NotReplicated when short."""
         wait = self.wait_replicas if durable else 0
+        pin = await on_queue_slot(self.redis, self.keys.pending) if wait else {}
         for attempt in (1, 2):
-            pin = await on_queue_slot(self.redis, self.keys.pending) if wait else {}
             async with self.redis.pipeline(transaction=False) as pipe:
                 for keys, args in calls:
                     pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **pin)
@@ -724,8 +724,9 @@ class Queue:
                 except rexc.MovedError as exc:
                     note_redirect(self.redis, exc)
                     raise
-            if replies is None:
-                await as_awaitable(self.redis.script_load(script.script))
+            if replies is None:  # loaded where the calls go (a pinned node: that one, before the same calls again)
+                await as_awaitable(self.redis.execute_command("SCRIPT LOAD", script.script, **pin) if pin
+                                   else self.redis.script_load(script.script))
                 continue
             confirmed = int(replies.pop()) if wait else 0
             if confirmed < wait:
