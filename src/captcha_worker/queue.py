@@ -81,13 +81,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from redis import exceptions as rexc
-from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterPipeline
 from redis.client import NEVER_DECODE
-from redis.commands.core import AsyncScript
 
 from captcha_worker.config import DEFAULT_DEAD_LETTER_MAX, DEFAULT_MAX_TASK_BYTES
-from captcha_worker.connection import Client, NotReplicated, note_redirect, on_queue_slot
+from captcha_worker.connection import Client, NotReplicated, SlotScript, load_script, note_redirect, on_queue_slot
 from captcha_worker.task import MAX_ID_LENGTH, Result, valid_task_id
 
 T = TypeVar("T")
@@ -581,7 +579,9 @@ class Queue:
         self.redis = redis
         self.keys = Keys(name)
         self.wait_replicas, self.wait_timeout_ms = wait_replicas, wait_timeout_ms
-        reg = cast(Redis, redis).register_script  # RedisCluster has it too; its stub types `self` as Redis
+        def reg(script: str) -> SlotScript:
+            return SlotScript(redis, script)
+
         self._push, self._claim, self._lease = reg(_PUSH), reg(_CLAIM), reg(_LEASE)
         self._renew, self._adopt, self._ack = reg(_RENEW), reg(_ADOPT), reg(_ACK)
         self._bury, self._release, self._reap = reg(_BURY), reg(_RELEASE), reg(_REAP)
@@ -697,7 +697,7 @@ class Queue:
                           [a.item, a.result.to_json() if a.result else "", result_ttl, reply_ttl]))
         return [bool(won) for won in await self._run_many(self._ack, calls, durable=True)]
 
-    async def _run_many(self, script: AsyncScript, calls: Sequence[tuple[list[str], list[Any]]], *,
+    async def _run_many(self, script: SlotScript, calls: Sequence[tuple[list[str], list[Any]]], *,
                         durable: bool = False) -> list[Any]:
         """Calls of one script in one pipelined round trip. EVALSHA directly: redis-py would otherwise send a
         SCRIPT EXISTS round trip before every pipeline. On NOSCRIPT (Redis restarted or flushed its scripts)
@@ -724,9 +724,8 @@ class Queue:
                 except rexc.MovedError as exc:
                     note_redirect(self.redis, exc)
                     raise
-            if replies is None:  # loaded where the calls go (a pinned node: that one, before the same calls again)
-                await as_awaitable(self.redis.execute_command("SCRIPT LOAD", script.script, **pin) if pin
-                                   else self.redis.script_load(script.script))
+            if replies is None:  # loaded where the calls go, before the same calls again
+                await load_script(self.redis, script.script, self.keys.pending)
                 continue
             confirmed = int(replies.pop()) if wait else 0
             if confirmed < wait:
@@ -734,7 +733,7 @@ class Queue:
             return replies
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _eval_raw(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def _eval_raw(self, script: SlotScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """One script call whose reply is left as bytes (it carries queue items, which may be any bytes)."""
         for attempt in (1, 2):
             try:
@@ -742,7 +741,7 @@ class Queue:
             except rexc.NoScriptError:
                 if attempt == 2:
                     raise
-            await as_awaitable(self.redis.script_load(script.script))
+            await load_script(self.redis, script.script, self.keys.pending)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _raw(self, *args: Any) -> Any:
