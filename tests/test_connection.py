@@ -89,3 +89,26 @@ def test_the_metric_label_list_is_the_refusal_enum() -> None:
     from captcha_worker import metrics
 
     assert metrics.REDIS_REFUSALS == tuple(r.value for r in Refusal)
+
+
+async def test_the_factory_builds_a_client_per_mode() -> None:
+    from redis.asyncio import RedisCluster
+
+    from captcha_worker.config import RedisMode
+    from captcha_worker.connection import SentinelMaster
+
+    sentinel = connect(RedisConfig(mode=RedisMode.SENTINEL, sentinels=(("s1", 26379), ("s2", 26380)),
+                                   sentinel_master="prod", password=Secret("data-pw"),
+                                   sentinel_password=Secret("sentinel-pw"), tls=True), client_name="t")
+    assert isinstance(sentinel, SentinelMaster) and sentinel.discovery is not None
+    watcher = sentinel.discovery.sentinels[1].connection_pool.connection_kwargs
+    assert (watcher["port"], watcher["password"]) == (26380, "sentinel-pw")  # the sentinels' own password
+    assert watcher.get("username") is None
+    assert sentinel.connection_pool.connection_kwargs["password"] == "data-pw"  # the data nodes'
+    assert sentinel.connection_pool.service_name == "prod"  # type: ignore[attr-defined]
+    await sentinel.aclose()
+    cluster = connect(RedisConfig(url="redis://c1:7000", mode=RedisMode.CLUSTER, cluster_nodes=(("c2", 7001),)),
+                      client_name="t")
+    assert isinstance(cluster, RedisCluster)
+    assert sorted(n.name for n in cluster.startup_nodes) == ["c1:7000", "c2:7001"]
+    await cluster.aclose()

@@ -94,16 +94,29 @@ def replica_servers(master: RedisServer, by_port: Callable[[int], RedisServer]) 
     return [by_port(int(v["port"])) for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
 
 
+#: bytes written to a master while its replicas are stalled: more than the loopback sockets between them hold
+#: (a few MB each way), so the rest waits in the master's own output buffer and dies with it
+FILLER_BYTES = 24 * 1024 * 1024
+
+
 @contextmanager
-def stalled(servers: list[RedisServer], seconds: float) -> Iterator[None]:
-    """SIGSTOP `servers` for `seconds`, then run the body, then SIGCONT them (nothing when seconds is 0)."""
+def stalled(master: RedisServer, replicas: list[RedisServer], seconds: float, filler_key: str) -> Iterator[None]:
+    """Replicas that lag behind `master` when the body runs: they are stopped (SIGSTOP), `master` takes one large
+    write (`filler_key`, as a bulk job would) and then `seconds` of the test's traffic, then the body runs (it
+    kills the master) and the replicas resume. What the master took after the filler never reached them: on
+    loopback a replica is otherwise never more than microseconds behind. Nothing when `seconds` is 0."""
     if seconds <= 0:
         yield
         return
-    procs = [s.proc for s in servers if s.proc is not None]
+    procs = [s.proc for s in replicas if s.proc is not None]
     for p in procs:
         p.send_signal(signal.SIGSTOP)
     try:
+        client = master.client(socket_timeout=10)
+        try:
+            client.set(filler_key, b"x" * FILLER_BYTES)
+        finally:
+            client.close()
         time.sleep(seconds)
         yield
     finally:
@@ -120,6 +133,8 @@ class ClusterTopology:
     masters: int = 3
     replicas: int = 1
     node_timeout_ms: int = 1000
+    #: cluster-require-full-coverage: yes (Redis' default) stops every slot while one has no master (CLUSTERDOWN)
+    full_coverage: bool = True
     nodes: list[RedisServer] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -128,7 +143,8 @@ class ClusterTopology:
             d.mkdir(parents=True)
             self.nodes.append(RedisServer(cluster_port(), str(d), extra=[
                 *NODE_ARGS, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", str(self.node_timeout_ms), "--cluster-replica-validity-factor", "0"]))
+                "--cluster-node-timeout", str(self.node_timeout_ms), "--cluster-replica-validity-factor", "0",
+                "--cluster-require-full-coverage", "yes" if self.full_coverage else "no"]))
 
     @property
     def url(self) -> str:
@@ -136,7 +152,9 @@ class ClusterTopology:
         return self.nodes[0].url
 
     def env(self) -> dict[str, str]:
-        return {"REDIS_MODE": "cluster", "REDIS_URL": self.url}
+        """One seed in REDIS_URL, the others in REDIS_CLUSTER_NODES (a client must start with the first one down)."""
+        return {"REDIS_MODE": "cluster", "REDIS_URL": self.url,
+                "REDIS_CLUSTER_NODES": ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[1:])}
 
     def start(self) -> None:
         for n in self.nodes:
@@ -198,10 +216,10 @@ class ClusterTopology:
         poll("the cluster to be healthy (slots served, replicas in sync)", ok, timeout)
 
     def kill_master_of(self, key: str, replicas_lag_s: float = 0.0) -> RedisServer:
-        """SIGKILL the master of `key`'s slot. `replicas_lag_s`: first stall its replicas (SIGSTOP) that long
-        while it goes on taking writes, so they lag behind it when it dies (resumed right after the kill)."""
+        """SIGKILL the master of `key`'s slot. `replicas_lag_s`: its replicas lag behind it that long when it dies
+        (see `stalled`; resumed right after the kill)."""
         victim = self.node(self.slot_master(key))
-        with stalled(replica_servers(victim, self.node), replicas_lag_s):
+        with stalled(victim, replica_servers(victim, self.node), replicas_lag_s, f"{key}:lag-filler"):
             victim.stop(signal.SIGKILL)
         return victim
 
@@ -408,10 +426,10 @@ class SentinelTopology:
     def server(self, port: int) -> RedisServer:
         return next(s for s in self.servers if s.port == port)
 
-    def kill_master(self, replicas_lag_s: float = 0.0) -> RedisServer:
+    def kill_master(self, replicas_lag_s: float = 0.0, filler_key: str = "lag-filler") -> RedisServer:
         """SIGKILL the master (`replicas_lag_s`: as ClusterTopology.kill_master_of)."""
         victim = self.server(self.master_port())
-        with stalled(replica_servers(victim, self.server), replicas_lag_s):
+        with stalled(victim, replica_servers(victim, self.server), replicas_lag_s, filler_key):
             victim.stop(signal.SIGKILL)
         return victim
 

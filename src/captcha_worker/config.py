@@ -139,6 +139,7 @@ class RedisConfig:
     sentinel_master: str = "mymaster"
     sentinel_username: str | None = None
     sentinel_password: Secret = Secret("")
+    cluster_nodes: tuple[tuple[str, int], ...] = ()  # cluster: more seed nodes than REDIS_URL's
     tls: bool = False  # TLS although the URL does not say rediss:// (sentinel mode has no URL)
     wait_replicas: int = 0  # durability: pushes and acks wait for this many replicas (WAIT); 0 = off
     wait_timeout_ms: int = 500
@@ -172,6 +173,7 @@ class RedisConfig:
             connect_timeout_s=e.number("REDIS_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.1),
             mode=mode,
             **_sentinel_settings(e, mode),  # type: ignore[arg-type]
+            cluster_nodes=_cluster_nodes(e, mode),
             tls=tls,
             wait_replicas=e.integer("REDIS_WAIT_REPLICAS", 0, minimum=0, maximum=100),
             wait_timeout_ms=e.integer("REDIS_WAIT_TIMEOUT_MS", 500, minimum=1, maximum=60_000),
@@ -210,6 +212,15 @@ def _redis_url(e: _Env, mode: RedisMode) -> str:
             raise ConfigError(f"REDIS_URL names database {parts.path.strip('/')!r}: a Redis Cluster has only "
                               "database 0")
     return url
+
+
+def _cluster_nodes(e: _Env, mode: RedisMode) -> tuple[tuple[str, int], ...]:
+    text = e.raw("REDIS_CLUSTER_NODES")
+    if text is None:
+        return ()
+    if mode is not RedisMode.CLUSTER:
+        raise ConfigError(f"REDIS_CLUSTER_NODES is set but REDIS_MODE is {mode.value}: set REDIS_MODE=cluster to use it")
+    return host_ports("REDIS_CLUSTER_NODES", text, 6379)
 
 
 def _sentinel_settings(e: _Env, mode: RedisMode) -> dict[str, object]:

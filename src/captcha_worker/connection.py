@@ -11,7 +11,8 @@ ACL user, password, TLS (CA bundle, or no verification), socket and connect time
   and data nodes alike). After a failover the old master's connections fail (or answer READONLY, which redis-py
   turns into a connection error), and the next connection goes to the master the sentinels name: re-discovery is
   the ordinary retry of a failed call.
-* ``cluster`` — redis-py's async cluster client, seeded by ``REDIS_URL``: it learns the slot map, follows MOVED,
+* ``cluster`` — redis-py's async cluster client, seeded by ``REDIS_URL`` and ``REDIS_CLUSTER_NODES`` (more
+  ``host:port`` seeds: a client whose only seed is down cannot start): it learns the slot map, follows MOVED,
   and re-reads the map when a node fails. Every call of ``queue`` names keys of one hash tag, so each goes to the
   master of the queue's slot.
 
@@ -69,6 +70,7 @@ from typing import Any, cast
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster, Sentinel
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.sentinel import MasterNotFoundError
 
 from captcha_worker.config import RedisConfig, RedisMode
@@ -225,7 +227,8 @@ def connect(rc: RedisConfig, *, client_name: str) -> Client:
         return _sentinel_master(rc, kwargs)
     if rc.mode is RedisMode.CLUSTER:
         # the queue needs only its own slot: a shard without a master must not stop clients of the others
-        return RedisCluster.from_url(rc.url, require_full_coverage=False, **kwargs)
+        seeds = [ClusterNode(host, port) for host, port in rc.cluster_nodes]
+        return RedisCluster.from_url(rc.url, require_full_coverage=False, startup_nodes=seeds, **kwargs)
     return Redis.from_url(rc.url, **kwargs)
 
 

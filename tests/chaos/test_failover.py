@@ -3,7 +3,10 @@
 same connection factory) keeps submitting; the master (on the cluster: the master of the queue's slot) is killed
 mid-run, a replica takes over, the old master is restarted (as Kubernetes would) and rejoins as a replica.
 
-Each run is made with durability off (the default) and on (``REDIS_WAIT_REPLICAS=1``). Each records what the
+Each run is made with durability off (the default) and on (``REDIS_WAIT_REPLICAS=1``), and with the replicas in
+sync when the master dies (on loopback replication takes microseconds) or lagging: stopped while the master takes
+a bulk write larger than the sockets between them hold and then 0.5 s of traffic (``topology.stalled``), as a
+replica behind a slow network, a fork or a bulk job would be. Each records what the
 failover cost: tasks lost (a submit that returned but a queue that no longer knows the id), delivered twice (the
 producer was notified twice; ``different`` when the two carried different solutions, i.e. the task was solved
 again after its acknowledged result was lost), stuck (known to the queue but never finished), and the solves the
@@ -70,11 +73,12 @@ async def _produce(q: CaptchaQueue, ids: list[str], failed: list[str]) -> None:
 
 
 async def _failover_run(scenario: str, redis_env: dict[str, str], tmp_path: Path,
-                        kill: Callable[[], Awaitable[dict[str, Any]]], durable: bool) -> Row:
+                        kill: Callable[[], Awaitable[dict[str, Any]]], durable: bool, lag: float,
+                        lease_s: int = LEASE_S) -> Row:
     durability = {"REDIS_WAIT_REPLICAS": "1", "REDIS_WAIT_TIMEOUT_MS": "500"} if durable else {}
     with simulator(tmp_path, "--threads", "100", "--speed", SPEED, "--seed", "5", "--latency", "turnstile=12:4") as sim:
         env = {k: v for k, v in worker_env("", sim.url, MAX_ATTEMPTS="20", CAPTCHAAI_THREADS="30",
-                                                           LEASE_SECONDS=str(LEASE_S)).items()
+                                                           LEASE_SECONDS=str(lease_s)).items()
                if k != "REDIS_URL"} | redis_env | durability
         ids = [f"f{i:04d}" for i in range(N)]
         failed: list[str] = []
@@ -98,7 +102,8 @@ async def _failover_run(scenario: str, redis_env: dict[str, str], tmp_path: Path
     stuck = sum(isinstance(o, TimedOut) for o in outcomes)
     twice, different = seen.twice()
     row = Row(scenario, N, sum(isinstance(o, Solved) for o in outcomes), 0, lost, twice, stats["max_in_flight"], 30,
-              {"durability": "WAIT 1 500ms" if durable else "off", "lease_s": LEASE_S, "stuck": stuck,
+              {"durability": "WAIT 1 500ms" if durable else "off", "lease_s": lease_s, "replicas_lag_s": lag,
+               "stuck": stuck,
                "delivered_twice_different": different,
                "submits_refused": len(failed), "re_solved_at_api": stats["solved"] - (N - len(failed) - lost),
                "results_before_kill": before_kill, "loop_crashes": loop_crashes,
@@ -158,6 +163,14 @@ def _refusals(procs: list[WorkerProc]) -> dict[str, int]:
     return out
 
 
+def _finished(p: WorkerProc) -> float:
+    """Tasks the worker finished (0 while its metrics endpoint is not up yet)."""
+    try:
+        return p.metric("captcha_solver_tasks_total")
+    except OSError:
+        return 0.0
+
+
 def _restart(old: RedisServer) -> float:
     started = time.monotonic()
     old.start()
@@ -165,26 +178,38 @@ def _restart(old: RedisServer) -> float:
 
 
 DURABILITY = pytest.mark.parametrize("durable", [False, True], ids=["durability-off", "durability-on"])
+LAG = pytest.mark.parametrize("lag", [0.0, 0.5], ids=["replicas-in-sync", "replicas-lagging"])
 
 
-def _name(topology: str, durable: bool) -> str:
-    return f"{topology}-failover{'-durable' if durable else ''}"
+def _name(topology: str, durable: bool, lag: float) -> str:
+    return f"{topology}-failover{'-lagging' if lag else ''}{'-durable' if durable else ''}"
 
 
 @DURABILITY
-async def test_sentinel_failover_mid_run(tmp_path: Path, durable: bool) -> None:
+@LAG
+async def test_sentinel_failover_mid_run(tmp_path: Path, durable: bool, lag: float) -> None:
     with sentinel(tmp_path / "topology") as topo:
         async def kill() -> dict[str, Any]:
-            return await asyncio.to_thread(_sentinel_kill, topo)
+            return await asyncio.to_thread(_sentinel_kill, topo, lag)
 
-        await _failover_run(_name("sentinel", durable), topo.env(), tmp_path, kill, durable)
+        await _failover_run(_name("sentinel", durable, lag), topo.env(), tmp_path, kill, durable, lag)
 
 
-def _sentinel_kill(topo: SentinelTopology) -> dict[str, Any]:
+async def test_sentinel_failover_longer_than_the_lease(tmp_path: Path) -> None:
+    """LEASE_SECONDS (2) below the failover time: leases expire while their workers cannot renew them, and those
+    tasks are solved again. Measured, to size LEASE_SECONDS against the failover (docs/reliability.md)."""
+    with sentinel(tmp_path / "topology") as topo:
+        async def kill() -> dict[str, Any]:
+            return await asyncio.to_thread(_sentinel_kill, topo, 0.0)
+
+        await _failover_run("sentinel-failover-lease-2s", topo.env(), tmp_path, kill, False, 0.0, lease_s=2)
+
+
+def _sentinel_kill(topo: SentinelTopology, lag: float) -> dict[str, Any]:
     killed_at = time.monotonic()
-    old = topo.kill_master()
+    old = topo.kill_master(replicas_lag_s=lag, filler_key="{captcha}:lag-filler")
     new = topo.wait_failover(old.port)
-    failover_s = time.monotonic() - killed_at
+    failover_s = time.monotonic() - killed_at - lag
     _restart(old)
     topo.wait_rejoined(old)
     return {"failover_s": round(failover_s, 1), "down_after_ms": topo.down_after_ms, "old_master": old.port,
@@ -192,32 +217,35 @@ def _sentinel_kill(topo: SentinelTopology) -> dict[str, Any]:
 
 
 @DURABILITY
-async def test_cluster_failover_of_the_queue_slot_mid_run(tmp_path: Path, durable: bool) -> None:
+@LAG
+async def test_cluster_failover_of_the_queue_slot_mid_run(tmp_path: Path, durable: bool, lag: float) -> None:
     with cluster(tmp_path / "topology") as topo:
         async def kill() -> dict[str, Any]:
-            return await asyncio.to_thread(_cluster_kill, topo, "{captcha}")
+            return await asyncio.to_thread(_cluster_kill, topo, "{captcha}", lag)
 
-        await _failover_run(_name("cluster", durable), topo.env(), tmp_path, kill, durable)
+        await _failover_run(_name("cluster", durable, lag), topo.env(), tmp_path, kill, durable, lag)
 
 
-def _cluster_kill(topo: ClusterTopology, key: str) -> dict[str, Any]:
+def _cluster_kill(topo: ClusterTopology, key: str, lag: float) -> dict[str, Any]:
     killed_at = time.monotonic()
-    old = topo.kill_master_of(key)
+    old = topo.kill_master_of(key, replicas_lag_s=lag)
     new = topo.wait_failover(key, old.port)
-    failover_s = time.monotonic() - killed_at
+    failover_s = time.monotonic() - killed_at - lag
     _restart(old)
     topo.wait_healthy()
     return {"failover_s": round(failover_s, 1), "node_timeout_ms": topo.node_timeout_ms, "old_master": old.port,
             "new_master": new}
 
 
-async def test_cluster_two_queues_on_two_masters(tmp_path: Path) -> None:
+@pytest.mark.parametrize("full_coverage", [True, False], ids=["full-coverage-yes", "full-coverage-no"])
+async def test_cluster_two_queues_on_two_masters(tmp_path: Path, full_coverage: bool) -> None:
     """Two queues (two hash tags) whose slots two different masters serve: a worker per queue, 100 tasks each,
-    every one solved on its own queue; then the master of the first queue dies and the second queue's worker and
-    producer never notice (no refusal), while the first queue's finish after the failover."""
+    every one solved on its own queue while the master of the first queue dies half-way. With
+    `cluster-require-full-coverage no` the second queue never notices (no refusal); with Redis' default (yes)
+    every node answers CLUSTERDOWN until the failover ends, so the second queue pauses too (recorded)."""
     per_queue = 100
     sim_args = ("--threads", "100", "--speed", SPEED, "--seed", "7", "--latency", "turnstile=6:2")
-    with cluster(tmp_path / "topology") as topo, simulator(tmp_path, *sim_args) as sim:
+    with cluster(tmp_path / "topology", full_coverage=full_coverage) as topo, simulator(tmp_path, *sim_args) as sim:
         names = topo.keys_on_other_masters("q", 2)
         masters = [topo.slot_master(f"{{{n}}}") for n in names]
         assert masters[0] != masters[1]
@@ -230,21 +258,22 @@ async def test_cluster_two_queues_on_two_masters(tmp_path: Path) -> None:
             async with CaptchaQueue.from_env(topo.env(), queue=names[0], producer_id="two-a") as qa, \
                     CaptchaQueue.from_env(topo.env(), queue=names[1], producer_id="two-b") as qb:
                 ids = {n: [f"{n}-{i:03d}" for i in range(per_queue)] for n in names}
-                for q, n in ((qa, names[0]), (qb, names[1])):
+                queues = ((qa, names[0]), (qb, names[1]))
+                for q, n in queues:
                     await q.submit_many([TaskSpec("turnstile", TURNSTILE, id=t) for t in ids[n][:per_queue // 2]])
+                await _until(lambda: all(_finished(p) > 0 for p in (*wa, *wb)), 60, "both workers solving")
                 old = await asyncio.to_thread(topo.kill_master_of, f"{{{names[0]}}}")
-                for q, n in ((qa, names[0]), (qb, names[1])):
+                for q, n in queues:
                     await q.submit_many([TaskSpec("turnstile", TURNSTILE, id=t) for t in ids[n][per_queue // 2:]])
-                outcomes = {n: await asyncio.gather(*(q.result(t, timeout=90) for t in ids[n]))
-                            for q, n in ((qa, names[0]), (qb, names[1]))}
+                outcomes = {n: await asyncio.gather(*(q.result(t, timeout=90) for t in ids[n])) for q, n in queues}
                 await asyncio.to_thread(topo.wait_failover, f"{{{names[0]}}}", old.port)
-            untouched = _refusals(wb)
-            hit = _refusals(wa)
+            other, hit = _refusals(wb), _refusals(wa)
     for n in names:
         bad = [o for o in outcomes[n] if not isinstance(o, Solved)]
         assert not bad, f"queue {n}: {bad[:3]}"
         assert all(o.id.startswith(f"{n}-") for o in outcomes[n])
-    assert untouched == {}, f"the other master's queue saw refusals: {untouched}"
-    Row("cluster-two-queues", 2 * per_queue, 2 * per_queue, 0, 0, 0, 0, 20,
-        {"queues": names, "masters": masters, "refusals_queue_of_killed_master": hit,
-         "refusals_other_queue": untouched}).record()
+    Row(f"cluster-two-queues-full-coverage-{'yes' if full_coverage else 'no'}", 2 * per_queue, 2 * per_queue, 0, 0,
+        0, 0, 20, {"queues": names, "masters": masters, "refusals_queue_of_killed_master": hit,
+                   "refusals_other_queue": other}).record()
+    if not full_coverage:
+        assert other == {}, f"the other master's queue saw refusals: {other}"

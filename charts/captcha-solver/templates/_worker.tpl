@@ -100,6 +100,9 @@
 {{- else -}}
 {{- $_ := set $cfg "REDIS_URL" (include "captcha-solver.redis.url" .) -}}
 {{- end -}}
+{{- if and (eq $mode "cluster") .Values.externalRedis.cluster.nodes -}}
+{{- $_ := set $cfg "REDIS_CLUSTER_NODES" (join "," .Values.externalRedis.cluster.nodes) -}}
+{{- end -}}
 {{- if and (not .Values.redis.enabled) .Values.externalRedis.waitReplicas -}}
 {{- $_ := set $cfg "REDIS_WAIT_REPLICAS" (toString (int .Values.externalRedis.waitReplicas)) -}}
 {{- $_ := set $cfg "REDIS_WAIT_TIMEOUT_MS" (toString (int .Values.externalRedis.waitTimeoutMs)) -}}
