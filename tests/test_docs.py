@@ -49,7 +49,19 @@ def test_reliability_doc_has_a_row_for_every_chaos_scenario() -> None:
     sources = "\n".join(p.read_text() for p in (ROOT / "tests" / "chaos").glob("test_*.py"))
     scenarios = set(re.findall(r'Row\(f?"([a-z0-9-]+?)(?:-\{n_fuzz\})?"', sources))
     scenarios |= set(re.findall(r'\("(redis-[a-z0-9-]+)", _', sources))
+    for rows_tuple in re.findall(r"^ROWS = \((.*?)\)", sources, re.S | re.M):  # names built from parameters
+        scenarios |= set(re.findall(r'"([a-z0-9-]+)"', rows_tuple))
     assert len(scenarios) >= 15, scenarios
     doc = (ROOT / "docs" / "reliability.md").read_text()
     rows = set(re.findall(r"^\| `([a-z0-9-]+?)(?:-[0-9]+)?` \|", doc, re.M))
     assert scenarios == rows, f"missing rows: {sorted(scenarios - rows)}; stale rows: {sorted(rows - scenarios)}"
+
+
+def test_every_redis_setting_is_in_the_contract() -> None:
+    """docs/contracts.md lists every REDIS_* variable the configuration reads."""
+    source = (ROOT / "src" / "captcha_worker" / "config.py").read_text()
+    read = set(re.findall(r'"(REDIS_[A-Z_]+)"', source))
+    assert {"REDIS_MODE", "REDIS_SENTINELS", "REDIS_WAIT_REPLICAS", "REDIS_CLUSTER_NODES"} <= read
+    doc = (ROOT / "docs" / "contracts.md").read_text()
+    missing = sorted(v for v in read if f"`{v}`" not in doc)
+    assert not missing, f"docs/contracts.md does not describe {missing}"

@@ -59,6 +59,19 @@ def _free(port: int) -> bool:
         return True
 
 
+def _start_on_a_free_pair(node: RedisServer, attempts: int = 4) -> None:
+    """Start a cluster node; when another process took its port or bus port meanwhile, on a new pair."""
+    for attempt in range(attempts):
+        try:
+            node.start()
+            return
+        except RuntimeError:  # nothing listens: it exited on "Address already in use"
+            node.stop(signal.SIGKILL)
+            if attempt == attempts - 1:
+                raise
+            node.port = cluster_port()
+
+
 def poll(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.1) -> T:
     """Call `probe` until it returns something other than None (connection errors count as None)."""
     deadline = time.monotonic() + timeout
@@ -158,7 +171,7 @@ class ClusterTopology:
 
     def start(self) -> None:
         for n in self.nodes:
-            n.start()
+            _start_on_a_free_pair(n)
         subprocess.run([binary("redis-cli"), "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
                         "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                        check=True, capture_output=True, timeout=60)

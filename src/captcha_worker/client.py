@@ -248,8 +248,9 @@ class CaptchaQueue:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> CaptchaQueue:
         """Configured like the workers: REDIS_URL, REDIS_USERNAME, REDIS_PASSWORD, REDIS_TLS_CA_FILE,
-        REDIS_TLS_INSECURE, REDIS_*_TIMEOUT_SECONDS, QUEUE_NAME, TASK_TTL_SECONDS, MAX_TASK_BYTES (ConfigError, a
-        ValueError, on a bad value)."""
+        REDIS_TLS_INSECURE, REDIS_*_TIMEOUT_SECONDS, REDIS_MODE with its Sentinel / Cluster settings,
+        REDIS_WAIT_REPLICAS, QUEUE_NAME, TASK_TTL_SECONDS, MAX_TASK_BYTES (ConfigError, a ValueError, on a bad
+        value)."""
         pc = ProducerConfig.from_env(env)
         kwargs = {"queue": pc.queue, "task_ttl": pc.task_ttl_seconds, "max_task_bytes": pc.max_task_bytes, **kwargs}
         return cls.from_config(pc.redis, **kwargs)

@@ -41,6 +41,11 @@ BATCH = 5  # the producer submits BATCH tasks every PACE seconds, through the fa
 PACE = 0.1
 KILL_AFTER = 150  # results delivered before the master is killed
 LEASE_S = 10  # above the topologies' failover time (~2-3 s), so no lease expires while the master is away
+#: the rows this module records, built from the parameters (tests/test_docs.py: docs/reliability.md has each)
+ROWS = ("sentinel-failover", "sentinel-failover-durable", "sentinel-failover-lagging",
+        "sentinel-failover-lagging-durable", "sentinel-failover-lease-3s", "cluster-failover",
+        "cluster-failover-durable", "cluster-failover-lagging", "cluster-failover-lagging-durable",
+        "cluster-two-queues-full-coverage-yes", "cluster-two-queues-full-coverage-no")
 
 
 class Deliveries:
@@ -75,6 +80,7 @@ async def _produce(q: CaptchaQueue, ids: list[str], failed: list[str]) -> None:
 async def _failover_run(scenario: str, redis_env: dict[str, str], tmp_path: Path,
                         kill: Callable[[], Awaitable[dict[str, Any]]], durable: bool, lag: float,
                         lease_s: int = LEASE_S) -> Row:
+    assert scenario in ROWS
     durability = {"REDIS_WAIT_REPLICAS": "1", "REDIS_WAIT_TIMEOUT_MS": "500"} if durable else {}
     with simulator(tmp_path, "--threads", "100", "--speed", SPEED, "--seed", "5", "--latency", "turnstile=12:4") as sim:
         env = {k: v for k, v in worker_env("", sim.url, MAX_ATTEMPTS="20", CAPTCHAAI_THREADS="30",
@@ -196,13 +202,13 @@ async def test_sentinel_failover_mid_run(tmp_path: Path, durable: bool, lag: flo
 
 
 async def test_sentinel_failover_longer_than_the_lease(tmp_path: Path) -> None:
-    """LEASE_SECONDS (2) below the failover time: leases expire while their workers cannot renew them, and those
+    """LEASE_SECONDS (3) about the failover time: leases expire while their workers cannot renew them, and those
     tasks are solved again. Measured, to size LEASE_SECONDS against the failover (docs/reliability.md)."""
     with sentinel(tmp_path / "topology") as topo:
         async def kill() -> dict[str, Any]:
             return await asyncio.to_thread(_sentinel_kill, topo, 0.0)
 
-        await _failover_run("sentinel-failover-lease-2s", topo.env(), tmp_path, kill, False, 0.0, lease_s=2)
+        await _failover_run("sentinel-failover-lease-3s", topo.env(), tmp_path, kill, False, 0.0, lease_s=3)
 
 
 def _sentinel_kill(topo: SentinelTopology, lag: float) -> dict[str, Any]:
@@ -272,8 +278,10 @@ async def test_cluster_two_queues_on_two_masters(tmp_path: Path, full_coverage: 
         bad = [o for o in outcomes[n] if not isinstance(o, Solved)]
         assert not bad, f"queue {n}: {bad[:3]}"
         assert all(o.id.startswith(f"{n}-") for o in outcomes[n])
-    Row(f"cluster-two-queues-full-coverage-{'yes' if full_coverage else 'no'}", 2 * per_queue, 2 * per_queue, 0, 0,
-        0, 0, 20, {"queues": names, "masters": masters, "refusals_queue_of_killed_master": hit,
-                   "refusals_other_queue": other}).record()
+    name = f"cluster-two-queues-full-coverage-{'yes' if full_coverage else 'no'}"
+    assert name in ROWS
+    Row(name, 2 * per_queue, 2 * per_queue, 0, 0, 0, 0, 20,
+        {"queues": names, "masters": masters, "refusals_queue_of_killed_master": hit,
+         "refusals_other_queue": other}).record()
     if not full_coverage:
         assert other == {}, f"the other master's queue saw refusals: {other}"
