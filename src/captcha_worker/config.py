@@ -219,7 +219,8 @@ def _cluster_nodes(e: _Env, mode: RedisMode) -> tuple[tuple[str, int], ...]:
     if text is None:
         return ()
     if mode is not RedisMode.CLUSTER:
-        raise ConfigError(f"REDIS_CLUSTER_NODES is set but REDIS_MODE is {mode.value}: set REDIS_MODE=cluster to use it")
+        raise ConfigError(f"REDIS_CLUSTER_NODES is set but REDIS_MODE is {mode.value}: "
+                          "set REDIS_MODE=cluster to use it")
     return host_ports("REDIS_CLUSTER_NODES", text, 6379)
 
 
