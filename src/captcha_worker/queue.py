@@ -9,7 +9,9 @@ master: it scales by adding queues (``QUEUE_NAME``), not by adding shards, and q
 different slots spread over the masters. A key outside the tag (``COMPAT_QUEUE_LIST`` not named ``{q}:...``, the
 seed guide's results hash) is a slot of its own: scripts never mix it with the queue's keys but CLAIM's compat
 step, which Cluster refuses (CROSSSLOT, see the table). Durable writes (``REDIS_WAIT_REPLICAS``) send their WAIT
-to the queue slot's master on the same connection as the write (``connection.on_queue_slot``).
+to the queue slot's master on the same connection as the write (``connection.on_queue_slot``). Redis does not
+replicate its script cache: a promoted replica answers NOSCRIPT, and the script is loaded on the node of the call's
+first key and the call sent again (``connection.SlotScript``).
 
 =========================  ======  ==========================================================================
 key                        type    meaning
@@ -579,6 +581,7 @@ class Queue:
         self.redis = redis
         self.keys = Keys(name)
         self.wait_replicas, self.wait_timeout_ms = wait_replicas, wait_timeout_ms
+
         def reg(script: str) -> SlotScript:
             return SlotScript(redis, script)
 
