@@ -5,11 +5,12 @@ VENV  := .venv
 TOOLS := $(CURDIR)/.tools
 export PATH := $(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help test demo venv tools lint unit chart e2e e2e-pods bench bench-smoke compatibility clean dashboard \
-	dashboard-png
+.PHONY: help test unit demo venv tools lint e2e e2e-pods bench compatibility clean dashboard dashboard-png
 
 help:
 	@echo "make demo   - run the whole thing locally: redis + simulator + workers + producer, with a summary"
+	@echo "make unit   - the inner loop: every test not marked slow; lint is make lint"
+	@echo "make lint   - ruff and mypy (strict: src, tests, bench, dashboards)"
 	@echo "make test   - install what the tests need (python deps, redis-server, prometheus, helm v3/v4, kubeconform,"
 	@echo "              helm-unittest, checkov, hadolint, the CaptchaAI client libraries) and run every test"
 	@echo "make compatibility - run the client libraries against the simulator, rewrite docs/compatibility.md"
@@ -35,6 +36,9 @@ lint: venv
 test: venv tools lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
+unit: venv tools
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow" tests
+
 demo: venv
 	scripts/install-tools.sh --only redis || echo "redis-server not installable: the demo uses its embedded Redis"
 	$(VENV)/bin/captcha-worker demo --tasks $${TASKS:-200}
@@ -47,7 +51,7 @@ e2e-pods: venv tools
 
 compatibility: venv
 	scripts/install-tools.sh --only clients
-	$(VENV)/bin/python tests/clients/compat.py --write
+	$(VENV)/bin/python -m tests.clients.compat --write
 
 bench: venv tools
 	$(VENV)/bin/python -m bench.run

@@ -12,19 +12,20 @@ import importlib.metadata as md
 import json
 import os
 import platform
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import redis
+
+from captcha_worker.localredis import LocalRedis, free_port, wait_port
+from captcha_worker.localredis import stop_process as stop_process  # noqa: PLC0414 - the benchmarks import it from here
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -33,36 +34,6 @@ ARQ_VENV = ROOT / ".venv" / "bench-arq"  # arq pins redis-py < 6, so it gets a v
 
 
 # -- small process helpers ----------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.02)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
-
-
-def stop_process(proc: subprocess.Popen[Any] | None, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-    """Stop one process we started (by its own handle, never by name)."""
-    if proc is None or proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        proc.wait(5)
-
-
 def python_env(**extra: str) -> dict[str, str]:
     """The environment for a child Python of this repo: no inherited worker/redis settings, repo on the path."""
     env = {k: v for k, v in os.environ.items()
@@ -73,45 +44,12 @@ def python_env(**extra: str) -> dict[str, str]:
 
 
 @dataclass
-class RedisServer:
-    """redis-server on a free port, no RDB, no AOF."""
+class RedisServer(LocalRedis):
+    """redis-server on a free port, no RDB, no AOF, room for the benchmarks' many clients."""
 
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-    _dir: tempfile.TemporaryDirectory[str] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError("redis-server is not installed (apt-get install redis-server, or make tools)")
-        self._dir = tempfile.TemporaryDirectory(prefix="captcha-bench-redis-")
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self._dir.name, "--save", "",
-             "--appendonly", "no", "--protected-mode", "no", "--maxclients", "10000"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_port(self.port)
-        return self
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-        self.proc = None
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    extra: list[str] = field(default_factory=lambda: ["--protected-mode", "no", "--maxclients", "10000"])
 
     def client(self) -> Any:
-        import redis
-
         return redis.Redis(port=self.port, decode_responses=True)
 
 

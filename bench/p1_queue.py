@@ -29,6 +29,7 @@ from typing import Any
 import psutil
 
 from bench.common import ARQ_VENV, ROOT, RedisServer, log, python_env, summary, worker_env
+from captcha_worker import queue
 
 # commands of the harness itself, or one-off connection / script setup (SCRIPT EXISTS is not here: redis-py's
 # pipelines send it before every execute that holds a Script, so it is a per-batch cost of the worker)
@@ -38,7 +39,6 @@ HARNESS_COMMANDS = {"config|resetstat", "info", "config|get", "flushall", "clien
 
 def script_internal_commands() -> set[str]:
     """Commands our Lua scripts call (read from captcha_worker.queue, so it follows the code)."""
-    from captcha_worker import queue
 
     names: set[str] = set()
     for value in vars(queue).values():
@@ -63,7 +63,7 @@ def ensure_arq_venv(install: bool) -> Path | None:
 
 def saq_available() -> bool:
     try:
-        import saq  # noqa: F401
+        import saq  # noqa: PLC0415, F401
     except ImportError:
         return False
     return True

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 from bench.common import ROOT, RedisServer, SimulatorProcess, log, stop_process, summary, worker_env
+from captcha_worker.client import CaptchaQueue
 
 LATENCY = "turnstile=20:2"
 TURNSTILE = {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}
@@ -47,7 +48,6 @@ def _metric(port: int, name: str) -> float | None:
 async def _submit_staggered(url: str, level: int, spread_s: float, backlog: int) -> None:
     """`level` tasks spread evenly over `spread_s` (about one solve cycle), so that the solves' phases are uniform
     from the start and the window sees a steady state rather than synchronised waves; then the backlog."""
-    from captcha_worker.client import CaptchaQueue
 
     spec = {"method": "turnstile", "params": TURNSTILE}
     steps = max(1, int(spread_s / 0.25))

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench.common import ROOT, RedisServer, log, percentile, python_env, stop_process, summary, worker_env
+from captcha_worker.client import CaptchaQueue, Solved
 
 PARAMS = {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}
 
@@ -42,8 +43,6 @@ def _wait_for_worker(r: Any, key: str, timeout: float = 20.0) -> None:
 
 
 async def _ours_producer(url: str, rate: float, duration: float) -> dict[str, list[float]]:
-    from captcha_worker.client import CaptchaQueue, Solved
-
     out: dict[str, list[float]] = {"pickup": [], "delivery": [], "pickup_to_claimed": [], "claimed_to_solve": []}
 
     async def wait(q: CaptchaQueue, tid: str) -> None:
@@ -70,7 +69,7 @@ async def _ours_producer(url: str, rate: float, duration: float) -> dict[str, li
 
 
 def _seed_producer(url: str, rate: float, duration: float) -> dict[str, list[float]]:
-    from bench.seed_baseline import SeedQueue
+    from bench.seed_baseline import SeedQueue  # noqa: PLC0415 - a benchmark stage is imported when it runs
 
     pickup: list[float] = []
     delivery: list[float] = []

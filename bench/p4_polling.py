@@ -37,6 +37,10 @@ from typing import Any
 
 from bench.common import ROOT, RedisServer, SimulatorProcess, log, percentile, python_env, stop_process, summary
 from bench.common import worker_env as _worker_env
+from captcha_worker import methods
+from captcha_worker.captchaai import LatencyModel, PollSchedule
+from captcha_worker.client import CaptchaQueue, Solved
+from captcha_worker.simulator import SimConfig
 
 KINDS = ("turnstile", "recaptcha_v2", "image")
 SEED_INTERVAL_S = 5.0
@@ -51,14 +55,10 @@ PARAMS = {
 
 
 def _kind(name: str) -> Any:
-    from captcha_worker import methods
-
     return methods.by_name(name)
 
 
 def _latency(name: str) -> Any:
-    from captcha_worker.simulator import SimConfig
-
     return SimConfig().latency_for(_kind(name))
 
 
@@ -70,7 +70,6 @@ def sample_latencies(name: str, n: int, rng: random.Random) -> list[float]:
 # -- replaying schedules ------------------------------------------------------------------------------------
 def replay_ours(kind: Any, latencies: list[float]) -> tuple[list[int], list[float]]:
     """The worker's schedule against each solve time, in order, learning from each solve as the worker does."""
-    from captcha_worker.captchaai import LatencyModel, PollSchedule
 
     model = LatencyModel(kind.solve_mean_s, kind.solve_stddev_s)
     calls, added = [], []
@@ -122,7 +121,7 @@ def grid_search(name: str, xs: list[float], seed_calls: float, seed_added: float
                 points: list[tuple[float, float, float, float]] | None = None) -> dict[str, Any]:
     """Best fixed (first poll, interval) pairs for each goal, on a 0.25 s grid (jitter: mean stretch of delays;
     the worker's ±5 % averages out)."""
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 - numpy only for this figure
 
     arr = np.asarray(xs, dtype=float)
     lat = _latency(name)
@@ -181,7 +180,7 @@ def mix_optimum(grids: dict[str, list[tuple[float, float, float, float]]],
 def optimal_sequence(xs: list[float], lam: float, dt: float = 0.1) -> tuple[list[float], float, float]:
     """Poll times minimising E[calls] + lam * E[added] for the empirical distribution xs (backward induction:
     V(s) = min over the next poll t > s of P(X > s) + lam * E[(t - X); s < X <= t] + V(t))."""
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 - numpy only for this figure
 
     arr = np.sort(np.asarray(xs, dtype=float))
     m = math.ceil(float(arr[-1]) / dt) + 1
@@ -257,7 +256,6 @@ def monte_carlo(samples: int, seed: int, with_search: bool) -> dict[str, Any]:
         mix["seed"]["calls"] += sc
         mix["seed"]["added"] += sa
         ours, seed_ = _describe(oc, oa), _describe(sc, sa)
-        from captcha_worker.captchaai import PollSchedule
 
         table = PollSchedule.for_kind(kind)
         entry: dict[str, Any] = {
@@ -328,8 +326,6 @@ def monte_carlo(samples: int, seed: int, with_search: bool) -> dict[str, Any]:
 
 # -- real run -----------------------------------------------------------------------------------------------
 async def _ours_batch(url: str, name: str, n: int) -> list[dict[str, float]]:
-    from captcha_worker.client import CaptchaQueue, Solved
-
     method, params = PARAMS[name]
     rows = []
     async with CaptchaQueue.from_url(url) as q:
@@ -342,7 +338,7 @@ async def _ours_batch(url: str, name: str, n: int) -> list[dict[str, float]]:
 
 
 def _seed_batch(url: str, name: str, n: int, timeout: float) -> list[dict[str, float]]:
-    from bench.seed_baseline import SeedQueue
+    from bench.seed_baseline import SeedQueue  # noqa: PLC0415 - a benchmark stage is imported when it runs
 
     method, params = PARAMS[name]
     q = SeedQueue(url)

@@ -24,13 +24,12 @@ import time
 from typing import Any
 
 from bench.common import ROOT, RedisServer, SimulatorProcess, log, stop_process, summary, worker_env
+from captcha_worker.client import CaptchaQueue
 
 TURNSTILE = {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}
 
 
 async def _push(url: str, n: int) -> None:
-    from captcha_worker.client import CaptchaQueue
-
     async with CaptchaQueue.from_url(url) as q:
         await q.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(n)])
 

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bench.common import ROOT, RedisServer, SimulatorProcess, log, percentile, stop_process, summary, worker_env
+from captcha_worker.client import CaptchaQueue, Solved, TimedOut
 
 PARAMS = {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}
 FAULTS = {"html502": 0.10, "nonjson": 0.10, "reset": 0.10, "server_error": 0.10, "slow": 0.05}
@@ -39,7 +40,6 @@ NO_FAULTS = dict.fromkeys(FAULTS, 0.0)
 async def _warm_up(url: str, rounds: int, per_round: int) -> float:
     """Rounds of `per_round` tasks, each round once the previous one is answered. Returns the last round's median
     latency (how far the schedule learnt)."""
-    from captcha_worker.client import CaptchaQueue
 
     async with CaptchaQueue.from_url(url) as q:
         for _ in range(rounds):
@@ -50,8 +50,6 @@ async def _warm_up(url: str, rounds: int, per_round: int) -> float:
 
 
 async def _produce(url: str, n: int, rate: float, wait_s: float) -> dict[str, Any]:
-    from captcha_worker.client import CaptchaQueue, Solved, TimedOut
-
     latencies: list[float] = []
     counts = {"solved": 0, "failed": 0, "lost": 0}
     calls: list[int] = []
@@ -148,7 +146,7 @@ def burst_run(*, tasks: int, slow_s: float, http_timeout_s: float, seed: int, wo
 def run(*, tasks: int = 300, rate: float = 30.0, warmup: int = 30, reps: int = 3, slow_s: float = 40.0,
         http_timeout_s: float = 30.0, workers: int = 2, concurrency: int = 150, threads: int = 300,
         burst: bool = True) -> dict[str, Any]:
-    common = {"tasks": tasks, "rate": rate, "warmup": warmup, "slow_s": slow_s, "workers": workers,
+    common: dict[str, Any] = {"tasks": tasks, "rate": rate, "warmup": warmup, "slow_s": slow_s, "workers": workers,
               "concurrency": concurrency, "threads": threads, "http_timeout_s": http_timeout_s}
     runs: dict[str, list[dict[str, Any]]] = {"storm": [], "no_faults": []}
     learnt = []

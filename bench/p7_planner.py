@@ -25,7 +25,9 @@ from typing import Any
 
 from bench.common import ROOT, log, percentile
 from captcha_worker import demo, methods
+from captcha_worker.captchaai import PollSchedule
 from captcha_worker.client import CaptchaQueue, Solved
+from captcha_worker.planner import OVERHEAD_S, parse_mix, parse_rate
 
 PARAMS: dict[str, tuple[str, dict[str, str]]] = {  # kind -> (method, params) of a valid task
     "turnstile": ("turnstile", {"sitekey": "0x4AAAAAAAbench", "pageurl": "https://example.com/login"}),
@@ -109,7 +111,6 @@ class Task:
 
 async def _drive(case: Case, rec: dict[str, Any], speed: float, duration_s: float, warmup_s: float,
                  seed: int) -> tuple[list[Task], int]:
-    from captcha_worker.planner import parse_mix, parse_rate
 
     release = rec["releases"][0]
     ns = argparse.Namespace(threads=release["threads"], workers=release["max_replicas"],
@@ -148,8 +149,6 @@ def fifo_waits(arrivals: list[float], holds: list[float], servers: int) -> list[
 def model_holds(mix: dict[str, float], n: int, rng: random.Random) -> list[float]:
     """Holding times as the planner models them: a normal solve time fetched by the poll schedule, plus the
     per-task overhead."""
-    from captcha_worker.captchaai import PollSchedule
-    from captcha_worker.planner import OVERHEAD_S
 
     kinds = {k: (methods.by_name(k), PollSchedule.for_kind(methods.by_name(k))) for k in mix}
     out = []
@@ -176,7 +175,6 @@ def model_windows(mix: dict[str, float], rate_per_s: float, threads: int, *, dur
 
 def measure(case: Case, *, speed: float, duration_s: float, warmup_s: float, seed: int = 7,
             band_reps: int = 400) -> Measured:
-    from captcha_worker.planner import parse_mix, parse_rate
 
     rec = plan(case)
     started = time.monotonic()

@@ -28,7 +28,7 @@ def _load(results: Path, name: str) -> dict[str, Any] | None:
 
 
 def capacity(p2: dict[str, Any], out: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib: only the plots need it
 
     levels = [r["level"] for r in p2["levels"]]
 
@@ -63,7 +63,7 @@ def capacity(p2: dict[str, Any], out: Path) -> None:
 
 
 def utilisation(p5: dict[str, Any], out: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib: only the plots need it
 
     run = next((r for r in reversed(p5["runs"]) if "series" in r), None)
     if run is None:
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--img", type=Path, default=IMG)
     ns = p.parse_args(argv)
     try:
-        import matplotlib
+        import matplotlib  # noqa: PLC0415 - matplotlib: only the plots need it
     except ImportError:
         log("matplotlib is not installed (pip install -e '.[bench]'): no plots")
         return 0

@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from bench.common import RedisServer
 from captcha_worker.client import CaptchaQueue, TaskSpec
-from captcha_worker.queue import Ack, Queue
+from captcha_worker.queue import Ack, Claimed, RedisQueue
 from captcha_worker.task import Result, Status
 
 TURNSTILE = {"sitekey": "0x4AAAAAAAC3DHQFLr1GavRN", "pageurl": "https://example.com/login"}
@@ -36,12 +36,12 @@ async def measure(url: str, n: int, token_len: int) -> dict[str, Any]:
     async with CaptchaQueue.from_url(url, producer_id="mem") as q:
         await q.submit_many([TaskSpec("turnstile", TURNSTILE, id=f"t{i:07d}") for i in range(n)])
     queued = await _used(admin)
-    queue = Queue(admin, "captcha")
-    claimed = []
+    queue = RedisQueue(admin, "captcha")
+    claimed: list[Claimed] = []
     while len(claimed) < n:
         claimed += await queue.claim(500, lease_s=60)
     leased = await _used(admin)
-    acks = [Ack(c.item, Result(id=c.item, status=Status.SOLVED, solution="x" * token_len, attempts=1, api_calls=2))
+    acks = [Ack(c.item, Result(id=str(c.item), status=Status.SOLVED, solution="x" * token_len, attempts=1, api_calls=2))
             for c in claimed]
     for i in range(0, n, 500):
         await queue.ack_many(acks[i:i + 500], result_ttl=3600, reply_ttl=3600)

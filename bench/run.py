@@ -44,7 +44,7 @@ def ensure_bench_deps() -> None:
 
 
 def _p1(smoke: bool, profile: Path | None) -> dict[str, Any]:
-    from bench import p1_queue
+    from bench import p1_queue  # noqa: PLC0415 - a benchmark stage is imported when it runs
 
     if smoke:
         return p1_queue.run(n=200, concurrency=10, reps=1, submit_n=200, bench_requests=2000, install=False)
@@ -53,7 +53,7 @@ def _p1(smoke: bool, profile: Path | None) -> dict[str, Any]:
 
 
 def _p2(smoke: bool, profile: Path | None) -> dict[str, Any]:
-    from bench import p2_capacity
+    from bench import p2_capacity  # noqa: PLC0415 - a benchmark stage is imported when it runs
 
     if smoke:
         return p2_capacity.run(levels=[20], subwindows=3, subwindow_s=1.0, settle_s=0.2, ramp_s=1.0, idle_s=0.5)
@@ -62,7 +62,7 @@ def _p2(smoke: bool, profile: Path | None) -> dict[str, Any]:
 
 
 def _p3(smoke: bool, profile: Path | None) -> dict[str, Any]:
-    from bench import p3_latency
+    from bench import p3_latency  # noqa: PLC0415 - a benchmark stage is imported when it runs
 
     if smoke:
         return p3_latency.run(rate=20, duration=1.5, reps=1, concurrency=40)
@@ -70,7 +70,7 @@ def _p3(smoke: bool, profile: Path | None) -> dict[str, Any]:
 
 
 def _p4(smoke: bool, profile: Path | None) -> dict[str, Any]:
-    from bench import p4_polling
+    from bench import p4_polling  # noqa: PLC0415 - a benchmark stage is imported when it runs
 
     if smoke:
         return p4_polling.run(samples=2000, seed=1, speed=50, real_n=5, real_reps=1, search=True)
@@ -78,7 +78,7 @@ def _p4(smoke: bool, profile: Path | None) -> dict[str, Any]:
 
 
 def _p5(smoke: bool, profile: Path | None) -> dict[str, Any]:
-    from bench import p5_utilisation
+    from bench import p5_utilisation  # noqa: PLC0415 - a benchmark stage is imported when it runs
 
     if smoke:
         return p5_utilisation.run(threads=5, backlog=20, workers=2, concurrency=3, speed=50, reps=1)
@@ -86,7 +86,7 @@ def _p5(smoke: bool, profile: Path | None) -> dict[str, Any]:
 
 
 def _p6(smoke: bool, profile: Path | None) -> dict[str, Any]:
-    from bench import p6_faults
+    from bench import p6_faults  # noqa: PLC0415 - a benchmark stage is imported when it runs
 
     if smoke:
         return p6_faults.run(tasks=20, rate=20, warmup=2, reps=1, slow_s=3.0, http_timeout_s=2.0, concurrency=10,
@@ -95,7 +95,7 @@ def _p6(smoke: bool, profile: Path | None) -> dict[str, Any]:
 
 
 def _p7(smoke: bool, profile: Path | None) -> dict[str, Any]:
-    from bench import p7_planner
+    from bench import p7_planner  # noqa: PLC0415 - a benchmark stage is imported when it runs
 
     if smoke:
         return p7_planner.run(cases=p7_planner.CASES[:1], speed=50, duration_s=6, warmup_s=1)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         path = write_result(out, NAMES[key], data, smoke=ns.smoke, started=started)
         log(f"{key} done in {time.monotonic() - started:.0f}s -> {path}")
     if not ns.smoke and not ns.no_docs:
-        from bench import plots, report
+        from bench import plots, report  # noqa: PLC0415 - a benchmark stage is imported when it runs
 
         plots.main(["--results", str(out)])
         report.main(["--results", str(out)])

@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis
 import requests
@@ -74,7 +74,7 @@ class SeedQueue:
     def get_result(self, task_id: str) -> dict[str, Any] | None:
         raw = self.redis.hget(RESULTS_KEY, task_id)
         if raw:
-            data: dict[str, Any] = json.loads(raw)
+            data: dict[str, Any] = json.loads(cast(str | bytes, raw))
             return data
         return None
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dashboards.build import dashboard_json, with_docs_section
+
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "charts" / "captcha-solver" / "dashboards" / "captcha-solver.json"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
@@ -13,8 +15,6 @@ PNG = ROOT / "docs" / "img" / "dashboard.png"
 
 
 def cmd_build(ns: argparse.Namespace) -> int:
-    from dashboards.build import dashboard_json, with_docs_section
-
     wanted = {DASHBOARD: dashboard_json(), METRICS_DOC: with_docs_section(METRICS_DOC.read_text())}
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if ns.check:
@@ -31,7 +31,7 @@ def cmd_build(ns: argparse.Namespace) -> int:
 
 
 def cmd_render(ns: argparse.Namespace) -> int:
-    from dashboards.render import main as render
+    from dashboards.render import main as render  # noqa: PLC0415 - matplotlib: only `render` needs it
 
     return render(ns)
 

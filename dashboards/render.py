@@ -16,6 +16,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -34,7 +35,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
-from captcha_worker import prom
+from captcha_worker import demo, prom
+from captcha_worker.client import CaptchaQueue
+from captcha_worker.localredis import free_port
+from captcha_worker.queue import as_awaitable
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "charts" / "captcha-solver" / "dashboards" / "captcha-solver.json"
@@ -243,8 +247,6 @@ def prometheus(workdir: Path, ports: list[int]) -> Iterator[str]:
               "scrape_configs": [{"job_name": "demo", "honor_labels": True,
                                   "file_sd_configs": [{"files": [str(workdir / "targets.json")]}]}]}
     (workdir / "prometheus.yml").write_text(json.dumps(config))
-    from captcha_worker.demo import free_port
-
     port = free_port()
     with open(workdir / "prometheus.log", "wb") as log:
         proc = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
@@ -272,12 +274,6 @@ PROFILE = ((60, 6.0), (60, 16.0), (45, 8.0), (45, 1.0))
 
 
 async def _produce(redis_url: str) -> None:
-    import random
-
-    from captcha_worker import demo
-    from captcha_worker.client import CaptchaQueue
-    from captcha_worker.queue import as_awaitable
-
     rng = random.Random(17)
     async with CaptchaQueue.from_url(redis_url) as q:
         for phase, (seconds, rate) in enumerate(PROFILE):
@@ -291,8 +287,6 @@ async def _produce(redis_url: str) -> None:
 
 
 async def _run(out: Path) -> dict[str, int]:
-    from captcha_worker import demo
-
     ns = argparse.Namespace(threads=20, workers=3, concurrency=8, speed=20.0, unsolvable=0.05)
     os.environ["CAPTCHAAI_MONTHLY_PRICE"] = "30"  # the demo's workers inherit it: the cost panel has a price
     async with demo.running_stack(ns) as (stack, _):

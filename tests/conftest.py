@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 
+import aioresponses.core as core
+import fakeredis
 import pytest
-from helpers import free_port, wait_port
-from procs import RedisServer
+from aiohttp import ClientResponse
 from redis.asyncio import Redis
+
+from tests.helpers import KEY, ROOT, cli_env, free_port, wait_port
+from tests.procs import RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -28,8 +36,6 @@ def redis_server() -> Iterator[RedisServer]:
 
 async def _client(kind: str, server: RedisServer) -> Redis:
     if kind == "fakeredis":
-        import fakeredis
-
         return fakeredis.FakeAsyncRedis(decode_responses=True)
     if server.proc is None or server.proc.poll() is not None:
         server.start()  # a test restarted or stopped it
@@ -60,11 +66,6 @@ async def any_redis(request: pytest.FixtureRequest, redis_server: RedisServer) -
 
 def _aioresponses_compat() -> None:
     """aioresponses 0.7.9 predates aiohttp 3.14, whose ClientResponse requires `stream_writer`."""
-    import inspect
-    from types import SimpleNamespace
-
-    import aioresponses.core as core
-    from aiohttp import ClientResponse
 
     if "stream_writer" not in inspect.signature(ClientResponse.__init__).parameters:
         return
@@ -74,7 +75,7 @@ def _aioresponses_compat() -> None:
             kwargs.setdefault("stream_writer", SimpleNamespace(output_size=0))
             super().__init__(method, url, **kwargs)  # type: ignore[arg-type]
 
-    core.ClientResponse = _Response  # type: ignore[misc]
+    core.ClientResponse = _Response  # type: ignore[attr-defined]  # not re-exported by aioresponses.core
 
 
 _aioresponses_compat()
@@ -95,9 +96,6 @@ class Stack:
         return self.redis.url
 
     def sim_config(self, **patch: object) -> None:
-        import json
-        import urllib.request
-
         req = urllib.request.Request(f"{self.sim_url}/_sim/config", data=json.dumps(patch).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
         with urllib.request.urlopen(req, timeout=5) as resp:
@@ -106,8 +104,6 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    from helpers import KEY, ROOT, cli_env
-
     d = tmp_path_factory.mktemp("stack")
     server = RedisServer(free_port(), str(d))
     server.start()

@@ -1,39 +1,26 @@
-"""Helpers shared by the tests (import as `from helpers import ...`)."""
+"""Helpers shared by the tests (`from tests.helpers import ...`)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from captcha_worker import localredis
+from captcha_worker.localredis import free_port as free_port  # noqa: PLC0414 - the tests take it from here
+from captcha_worker.localredis import wait_port as wait_port  # noqa: PLC0414
+
 ROOT = Path(__file__).resolve().parents[1]
+#: the API key every test uses (32 characters, as CaptchaAI issues them); OTHER_KEY: a second, valid one
 KEY = "0123456789abcdef0123456789abcdef"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+OTHER_KEY = "fedcba9876543210fedcba9876543210"
 
 
 def redis_server_binary() -> str:
-    binary = shutil.which("redis-server")
+    binary = localredis.redis_server_binary()
     if binary is None:
         pytest.fail("redis-server is not installed: run 'make test' (scripts/install-tools.sh installs it)")
     return binary

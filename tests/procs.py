@@ -1,5 +1,5 @@
-"""Processes the tests start: redis-server, `captcha-worker run` workers and `captcha-worker simulator` (import as
-`from procs import ...`). Each is stopped by its own handle, never by name."""
+"""Processes the tests start: redis-server, `captcha-worker run` workers and `captcha-worker simulator`
+(`from tests.procs import ...`). Each is stopped by its own handle, never by name."""
 
 from __future__ import annotations
 
@@ -18,40 +18,31 @@ from pathlib import Path
 from typing import Any
 
 import redis as sync_redis
-from helpers import ROOT, cli_env, free_port, redis_server_binary, wait_port
+
+from captcha_worker.localredis import LocalRedis
+from tests.helpers import ROOT, cli_env, free_port, wait_port
 
 
 @dataclass
-class RedisServer:
-    """A real redis-server on a free port, with AOF so a restart keeps the data."""
+class RedisServer(LocalRedis):
+    """A real redis-server on a free port, with AOF (fsync always) so a restart keeps the data."""
 
-    port: int
-    dir: str
-    proc: subprocess.Popen[bytes] | None = None
-    extra: list[str] = field(default_factory=list)
+    persistent: bool = True
     client_kwargs: dict[str, Any] = field(default_factory=dict)  # how to reach it (TLS, password) for the ping
 
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", *self.extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_port(self.port)
+    def _wait_loaded(self, deadline: float) -> None:
         client = self.client()
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                client.ping()
-                break
-            except sync_redis.exceptions.BusyLoadingError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        client.close()
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except sync_redis.exceptions.BusyLoadingError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        finally:
+            client.close()
 
     def client(self, **kwargs: Any) -> sync_redis.Redis:
         """A synchronous admin client of this server (close it)."""
@@ -59,17 +50,6 @@ class RedisServer:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(15)
-        self.proc = None
-
-    def restart(self, down_for: float = 0.0) -> None:
-        self.stop()
-        time.sleep(down_for)
-        self.start()
 
 
 class WorkerProc:

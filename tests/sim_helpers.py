@@ -19,6 +19,8 @@ from aiohttp import web
 
 from captcha_worker import methods
 from captcha_worker.methods import Kind
+from tests.helpers import KEY as KEY  # noqa: PLC0414 - the simulator tests take it from here, with the rest
+from tests.helpers import OTHER_KEY as OTHER_KEY  # noqa: PLC0414
 
 
 def make_png(width: int = 120, height: int = 40, seed: int = 1) -> bytes:
@@ -33,8 +35,6 @@ def make_png(width: int = 120, height: int = 40, seed: int = 1) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
 
 
-KEY = "0123456789abcdef0123456789ABCDEF"
-OTHER_KEY = "ZYXWVUTSRQPONMLKJIHGFEDCBA987654"
 PROXY_PASSWORD = "s3cretProxyPw"
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + bytes(range(256)) * 4
 PNG_B64 = base64.b64encode(PNG).decode()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qs
 
+import aiohttp
 import pytest
 from aioresponses import aioresponses
 
@@ -28,8 +30,8 @@ from captcha_worker.captchaai import (
     parse_reply,
 )
 from captcha_worker.config import Secret
+from tests.helpers import KEY
 
-KEY = "0123456789abcdef0123456789abcdef"
 BASE = "http://api.test"
 IN = re.compile(r"^http://api\.test/in\.php.*$")
 RES = re.compile(r"^http://api\.test/res\.php.*$")
@@ -148,8 +150,6 @@ async def test_transient_retries_are_bounded(api: CaptchaAI, mock: aioresponses)
 
 
 async def test_connection_errors_and_timeouts_are_transient(api: CaptchaAI, mock: aioresponses) -> None:
-    import aiohttp
-
     mock.post(IN, exception=aiohttp.ClientConnectionError("reset by peer http://api.test/in.php?key=" + KEY))
     mock.post(IN, exception=TimeoutError())
     mock.post(IN, exception=aiohttp.ServerDisconnectedError())
@@ -215,7 +215,11 @@ async def test_threadsinfo_balance_reportbad(api: CaptchaAI, mock: aioresponses)
     assert (await api.threadsinfo()).threads == 10
     assert (await api.threadsinfo()).working_threads == 0
     assert await api.getbalance() == 12.5
-    await api.reportbad("1")
+    await api.reportbad("77")
+    ((_, _), calls), = mock.requests.items()  # every call went to res.php, in this order
+    sent = [{k: v[0] for k, v in parse_qs(c.kwargs["data"].decode()).items()} for c in calls]
+    assert [s["action"] for s in sent] == ["threadsinfo", "threadsinfo", "getbalance", "reportbad"]
+    assert sent[-1]["id"] == "77" and sent[-1]["key"] == KEY
 
 
 def test_poll_schedule_starts_from_the_methods_table() -> None:
@@ -241,6 +245,19 @@ def test_latency_model_follows_what_it_observes() -> None:
     assert model.observed == 201
 
 
+def test_an_answer_found_by_a_poll_counts_as_ready_midway_since_the_poll_before() -> None:
+    """The poll that finds an answer only bounds when it became ready: after the previous poll. The model learns
+    the midpoint, not the finding poll's time (which would drift the schedule later by half a poll gap)."""
+    found, exact = LatencyModel(10.0, 2.0), LatencyModel(10.0, 2.0)
+    found.observe_found(elapsed_s=16.0, previous_poll_s=12.0)
+    exact.observe(14.0)
+    assert (found.mean, found.var) == (exact.mean, exact.var)
+    first, exact_first = LatencyModel(10.0, 2.0), LatencyModel(10.0, 2.0)
+    first.observe_found(elapsed_s=16.0, previous_poll_s=None)  # no poll before it: half a stddev earlier
+    exact_first.observe(15.0)
+    assert first.mean == exact_first.mean
+
+
 async def test_solves_teach_the_schedule(mock: aioresponses) -> None:
     """Answers found at once (here: no real waiting) pull the image estimate (5 s) down, solve after solve."""
     kind = methods.by_name("image")
@@ -260,8 +277,6 @@ async def test_solves_teach_the_schedule(mock: aioresponses) -> None:
 
 
 def _in(seconds: float) -> float:
-    import time
-
     return time.time() + seconds
 
 

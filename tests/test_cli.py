@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from typing import Any
 
 import pytest
-from helpers import KEY, free_port, run_cli
 from redis import Redis
 
 from captcha_worker.queue import Keys
+from tests.helpers import KEY, ROOT, cli_env, free_port, run_cli
 
 pytestmark = pytest.mark.slow
 TURNSTILE_ARGS = ["turnstile", "-p", "sitekey=0x4AAAAAAA", "-p", "pageurl=https://example.com/login"]
@@ -175,3 +179,20 @@ def test_demo_end_to_end_small() -> None:
     assert "captcha-solver demo" in out and "| tasks" in out and "30 (" in out
     assert "of 8 plan threads" in out and "over-cap rejections | 0" in out.replace("  ", " ").replace("  ", " ")
     assert KEY not in out
+
+
+def test_ctrl_c_exits_130_with_nothing_on_stderr(stack: Any) -> None:
+    """docs/contracts.md: 130 when interrupted. `wait` on an id nobody solves, then SIGINT."""
+    proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "wait", "no-such-task", "--timeout", "60"],
+                            env=cli_env(**env_of(stack)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    try:
+        time.sleep(1.5)  # importing and connecting; an interrupt before that is Python's own (also 130)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err

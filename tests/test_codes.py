@@ -7,11 +7,11 @@ import argparse
 import re
 
 import pytest
-from helpers import ROOT
 
-from captcha_worker import captchaai, codes, metrics
+from captcha_worker import captchaai, codes, methods, metrics
 from captcha_worker.codes import Code, ErrorClass, Origin
 from captcha_worker.simulator import add_arguments
+from tests.helpers import ROOT
 
 
 def test_each_row_is_named_after_its_wire_string() -> None:
@@ -52,17 +52,51 @@ def test_metric_labels_and_fatal_codes_come_from_the_table() -> None:
     assert all(c.row.label is False for c in Code if c.row.origin is Origin.RESULT)  # bounded: no task codes
 
 
-def test_the_architecture_taxonomy_table_agrees() -> None:
+CODE_NAME = re.compile(r"\b(?:ERROR_[A-Z_]+|IP_BANNED|MAX_USER_TURN)\b")
+#: the classes whose table rows name every API code of the class (task failures are open-ended: "any other")
+CLOSED = (ErrorClass.FATAL, ErrorClass.CAPACITY, ErrorClass.TRANSIENT)
+
+
+def _api_codes(cls: ErrorClass) -> set[str]:
+    return {c.value for c in Code if c.error_class is cls and c.row.origin is Origin.API}
+
+
+def _architecture_rows() -> dict[ErrorClass, set[str]]:
     text = (ROOT / "docs" / "architecture.md").read_text()
-    rows = {"fatal config": ErrorClass.FATAL, "capacity": ErrorClass.CAPACITY, "transient": ErrorClass.TRANSIENT,
-            "task failure": ErrorClass.TASK}
-    seen = 0
-    for label, cls in rows.items():
+    labels = {"fatal config": ErrorClass.FATAL, "capacity": ErrorClass.CAPACITY,
+              "transient": ErrorClass.TRANSIENT, "task failure": ErrorClass.TASK}
+    rows = {}
+    for label, cls in labels.items():
         line = next(ln for ln in text.splitlines() if ln.startswith(f"| {label} |"))
-        for name in re.findall(r"\b(?:ERROR_[A-Z_]+|IP_BANNED|MAX_USER_TURN)\b", line.split("|")[2]):
-            assert codes.classify(name) is cls, f"architecture.md lists {name} as {label}"
-            seen += 1
-    assert seen >= 10
+        rows[cls] = set(CODE_NAME.findall(line.split("|")[2]))
+    return rows
+
+
+def _docstring_rows() -> dict[ErrorClass, set[str]]:
+    """captchaai's docstring table: a row starts with the class name; its continuation lines are indented."""
+    doc = captchaai.__doc__ or ""
+    table = doc[doc.index("class  "):doc.index("Which code is in which class")]
+    rows: dict[ErrorClass, set[str]] = {}
+    current: ErrorClass | None = None
+    for line in table.splitlines():
+        head = line.split(" ", 1)[0]
+        if head in ErrorClass.__members__:
+            current = ErrorClass[head]
+        if current is not None:
+            rows.setdefault(current, set()).update(CODE_NAME.findall(line[:68]))
+    return rows
+
+
+@pytest.mark.parametrize("where", ["docs/architecture.md", "captchaai.py docstring"])
+def test_the_taxonomy_tables_agree_with_the_code_table(where: str) -> None:
+    rows = _architecture_rows() if where == "docs/architecture.md" else _docstring_rows()
+    for cls, names in rows.items():
+        wrong = {n for n in names if codes.classify(n) is not cls}
+        assert not wrong, f"{where} lists {sorted(wrong)} as {cls.value}"
+    for cls in CLOSED:
+        missing = _api_codes(cls) - rows[cls]
+        assert not missing, f"{where}: the {cls.value} row lacks {sorted(missing)} (codes.py has them)"
+    assert len(rows[ErrorClass.TASK]) >= 2
 
 
 def test_contracts_list_every_simulator_flag() -> None:
@@ -76,7 +110,5 @@ def test_contracts_list_every_simulator_flag() -> None:
 
 
 def test_metrics_doc_lists_every_kind_label() -> None:
-    from captcha_worker import methods
-
     text = (ROOT / "docs" / "metrics.md").read_text()
     assert all(f"`{name}`" in text for name in methods.KIND_NAMES), "a kind (method label) missing in metrics.md"

@@ -5,15 +5,12 @@ produces."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from captcha_worker import methods
+from tests.clients import compat
 
-sys.path.insert(0, str(Path(__file__).parent / "clients"))
-import compat
+pytestmark = pytest.mark.slow  # four client libraries, every call each offers (~15 s)
 
 
 async def test_client_libraries_against_the_simulator() -> None:

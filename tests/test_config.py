@@ -7,10 +7,10 @@ import json
 import logging
 
 import pytest
-from helpers import KEY, run_cli
 
 from captcha_worker import log
 from captcha_worker.config import ConfigError, ProducerConfig, Secret, WorkerConfig, redact_url
+from tests.helpers import KEY, run_cli
 
 GOOD = {"CAPTCHAAI_KEY": KEY, "CAPTCHAAI_THREADS": "10", "REDIS_URL": "rediss://user:pw@redis.example:6380/2"}
 

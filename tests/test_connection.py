@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 from redis import exceptions as rexc
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
-from captcha_worker.config import RedisConfig, Secret
-from captcha_worker.connection import RedisUnavailable, Refusal, connect, is_cross_slot, refusal
+from captcha_worker import metrics
+from captcha_worker.config import RedisConfig, RedisMode, Secret
+from captcha_worker.connection import RedisUnavailable, Refusal, SentinelMaster, connect, is_cross_slot, refusal
 
 
 @pytest.mark.parametrize(("exc", "why"), [
@@ -75,28 +76,23 @@ async def test_the_factory_applies_every_setting(redis_server: object) -> None:
     rc = RedisConfig(url="rediss://h.example:6380/2", username="alice", password=Secret("pw"),
                      tls_ca_file="/etc/ca.pem", tls_insecure=False, socket_timeout_s=7.0, connect_timeout_s=3.0)
     client = connect(rc, client_name="captcha-test")
+    assert isinstance(client, Redis)
     kw = client.connection_pool.connection_kwargs
     assert (kw["username"], kw["password"], kw["ssl_ca_certs"]) == ("alice", "pw", "/etc/ca.pem")
     assert (kw["socket_timeout"], kw["socket_connect_timeout"], kw["client_name"]) == (7.0, 3.0, "captcha-test")
     assert (kw["host"], kw["port"], kw["db"]) == ("h.example", 6380, 2)
     insecure = connect(RedisConfig(url="rediss://h:6380/0", tls_insecure=True), client_name="x")
+    assert isinstance(insecure, Redis)
     assert insecure.connection_pool.connection_kwargs["ssl_cert_reqs"] == "none"
     await client.aclose()
     await insecure.aclose()
 
 
 def test_the_metric_label_list_is_the_refusal_enum() -> None:
-    from captcha_worker import metrics
-
     assert metrics.REDIS_REFUSALS == tuple(r.value for r in Refusal)
 
 
 async def test_the_factory_builds_a_client_per_mode() -> None:
-    from redis.asyncio import RedisCluster
-
-    from captcha_worker.config import RedisMode
-    from captcha_worker.connection import SentinelMaster
-
     sentinel = connect(RedisConfig(mode=RedisMode.SENTINEL, sentinels=(("s1", 26379), ("s2", 26380)),
                                    sentinel_master="prod", password=Secret("data-pw"),
                                    sentinel_password=Secret("sentinel-pw"), tls=True), client_name="t")

@@ -5,19 +5,19 @@ a valid grid. The queries themselves are proven against a real Prometheus in tes
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from chart.chartlib import tool
-from helpers import ROOT
 
-sys.path.insert(0, str(ROOT))
 from dashboards import captcha_solver
 from dashboards.build import dashboard_json, docs_section, layout
 from dashboards.panels import GRID_COLUMNS, Graph, Q, Row, Stat, m
+from tests.chart.chartlib import tool
+from tests.helpers import ROOT
 
 DASHBOARD = ROOT / "charts" / "captcha-solver" / "dashboards" / "captcha-solver.json"
 
@@ -44,7 +44,6 @@ def test_regenerating_gives_the_committed_files() -> None:
 
 def test_the_check_fails_on_a_hand_edit(tmp_path: Path) -> None:
     """build --check is not a no-op: a copy of the repository with one edited title is reported stale."""
-    import shutil
 
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "dashboards", copy / "dashboards", ignore=shutil.ignore_patterns("__pycache__"))

@@ -1,13 +1,21 @@
-"""The documentation's code examples compile, and the names they import exist."""
+"""The documentation agrees with the code: examples compile and import real names, links resolve, and every table
+that describes code (keys, environment, exit codes, import order) is checked against it."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers import ROOT
+
+from captcha_worker import cli, queue
+from captcha_worker.config import WorkerConfig
+from captcha_worker.queue import Keys
+from tests.helpers import ROOT
 
 DOCS = [ROOT / "README.md", ROOT / "docs" / "producer.md", ROOT / "docs" / "operations.md"]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
@@ -57,11 +65,159 @@ def test_reliability_doc_has_a_row_for_every_chaos_scenario() -> None:
     assert scenarios == rows, f"missing rows: {sorted(scenarios - rows)}; stale rows: {sorted(rows - scenarios)}"
 
 
-def test_every_redis_setting_is_in_the_contract() -> None:
-    """docs/contracts.md lists every REDIS_* variable the configuration reads."""
-    source = (ROOT / "src" / "captcha_worker" / "config.py").read_text()
-    read = set(re.findall(r'"(REDIS_[A-Z_]+)"', source))
-    assert {"REDIS_MODE", "REDIS_SENTINELS", "REDIS_WAIT_REPLICAS", "REDIS_CLUSTER_NODES"} <= read
+# -- docs that would drift from the code: each table is checked against what it describes ---------------------
+def _section(path: str, start: str, end: str) -> str:
+    text = (ROOT / path).read_text()
+    return text[text.index(start):text.index(end, text.index(start))]
+
+
+def _key_shapes() -> dict[str, str]:
+    """Every key `queue.Keys` makes, as the tables spell it: `{q}:pending`, `{q}:task:<id>`, ..."""
+    keys = Keys("q")
+    shapes = {name: getattr(keys, name) for name in ("pending", "processing", "leases", "orphans", "dead", "budget",
+                                                     "workers")}
+    shapes |= {"task": keys.task("<id>"), "result": keys.result("<id>"), "reply": keys.reply("<producer>")}
+    public = {n for n, v in vars(Keys).items() if isinstance(v, property | type(Keys.task)) and not n.startswith("_")}
+    assert public - {"own", "queue", "task_prefix", "result_prefix"} == set(shapes), "a key of Keys is not listed here"
+    return shapes
+
+
+def test_both_key_tables_list_every_key_and_the_task_hash_fields() -> None:
+    """docs/contracts.md's key table (called authoritative) and queue.py's header both list every key `Keys`
+    makes, and the task hash's fields the scripts write."""
+    header = queue.__doc__ or ""
+    contracts = _section("docs/contracts.md", "## Redis keys", "## Metrics")
+    for where, text, row in (("queue.py", header, r"^``(\{q\}:[^`]+)``"), ("docs/contracts.md", contracts,
+                                                                            r"^\| `(\{q\}:[^`]+)` \|")):
+        listed = set(re.findall(row, text, re.M))
+        assert listed == set(_key_shapes().values()), f"{where}: {sorted(listed ^ set(_key_shapes().values()))}"
+        at = text.index("{q}:task:<id>")
+        task_row = text[at:text.index("{q}:result:<id>", at)]
+        for field in ("body", "attempts", "last_error", "state"):
+            assert f"`{field}`" in task_row, f"{where}: the task hash row lacks `{field}`"
+    lua = "\n".join(v for v in vars(queue).values() if isinstance(v, str))
+    for field in ("body", "attempts", "last_error", "state"):
+        assert f"'{field}'" in lua or f'"{field}"' in lua, f"no script writes the task hash field {field}"
+
+
+class _Recording(dict[str, str]):
+    """An environment that remembers every name read from it."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+def worker_env_read() -> set[str]:
+    env = _Recording({"CAPTCHAAI_KEY": "0123456789abcdef0123456789abcdef", "CAPTCHAAI_THREADS": "4"})
+    WorkerConfig.from_env(env)
+    return env.read
+
+
+def documented_env() -> set[str]:
+    table = _section("docs/contracts.md", "## Worker environment", "## Simulator")
+    names: set[str] = set()
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            names |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]))
+    return names
+
+
+def test_the_environment_table_is_what_the_worker_reads() -> None:
+    read, documented = worker_env_read(), documented_env()
+    assert read == documented, (f"read but not documented: {sorted(read - documented)}; "
+                                f"documented but never read: {sorted(documented - read)}")
+
+
+def test_cli_exit_codes_are_documented() -> None:
     doc = (ROOT / "docs" / "contracts.md").read_text()
-    missing = sorted(v for v in read if f"`{v}`" not in doc)
-    assert not missing, f"docs/contracts.md does not describe {missing}"
+    line = next(ln for ln in doc.split("\n\n") if ln.startswith("Exit codes:"))
+    codes = {v for n, v in vars(cli).items() if n.startswith("EXIT_") and isinstance(v, int)}
+    assert codes == {0, 1, 2, 130}
+    for code in codes:
+        assert re.search(rf"\b{code} ", line), f"docs/contracts.md does not document exit code {code}"
+        assert re.search(rf"\b{code} ", cli.__doc__ or ""), f"cli's docstring does not document exit code {code}"
+
+
+def test_seed_guide_is_defined_once_and_linked_where_first_used() -> None:
+    definition = "producer.md#migrating-from-the-seed-guides-worker"
+    assert "The **seed guide** is" in (ROOT / "docs" / "producer.md").read_text()
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        if path.name == "producer.md":
+            continue
+        text = path.read_text()
+        first = re.search(r"(?<!the-)seed[ -]guide", text, re.I)  # not the anchor of a link to the definition
+        if first is None:
+            continue
+        paragraph_end = text.find("\n\n", first.start())
+        assert definition in text[first.start():paragraph_end], (
+            f"{path.relative_to(ROOT)}: the first 'seed guide' does not link to its definition ({definition})")
+
+
+def _imports(module: str) -> set[str]:
+    """The captcha_worker modules `module` imports, at the top or inside functions."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("captcha_worker"):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names
+                      if importlib.util.find_spec(f"{node.module}.{a.name}") is not None} if node.module == (
+                "captcha_worker") else set()
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("captcha_worker")}
+    return {m for m in found if m != "captcha_worker"}
+
+
+def test_the_package_imports_run_one_way() -> None:
+    """docs/architecture.md: imports run one way. No cycle among the top-level modules (lazy imports included;
+    the simulator package counts as one module)."""
+    package = ROOT / "src" / "captcha_worker"
+    top = lambda m: ".".join(m.split(".")[:2])  # noqa: E731
+    modules = {f"captcha_worker.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"}
+    modules.add("captcha_worker.simulator")
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for source in [*package.glob("*.py"), *(package / "simulator").glob("*.py")]:
+        rel = source.relative_to(ROOT / "src").with_suffix("")
+        name = ".".join(p for p in rel.parts if p != "__init__")
+        if top(name) in graph:
+            graph[top(name)] |= {top(m) for m in _imports(name)} - {top(name)}
+    for start in graph:  # a depth-first walk from every module: meeting `start` again is a cycle
+        stack: list[tuple[str, list[str]]] = [(start, [start])]
+        seen: set[str] = set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph.get(node, ()):
+                assert nxt != start, f"import cycle: {' -> '.join([*trail, nxt])}"
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+
+
+def test_make_phony_names_only_targets_that_exist() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    phony = set(re.search(r"^\.PHONY:(.*)$", makefile, re.M)[1].split())  # type: ignore[index]
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    assert phony == targets, f"not a target: {sorted(phony - targets)}; not .PHONY: {sorted(targets - phony)}"
+
+
+def test_the_readme_documents_every_make_target() -> None:
+    readme = (ROOT / "README.md").read_text()
+    development = readme.split("## Development", 1)[1].split("\n## ", 1)[0]
+    for target in ("unit", "test", "lint", "demo"):
+        assert f"make {target}" in readme, f"README does not mention make {target}"
+    assert "make unit" in development, "the inner loop belongs in the README's development section"

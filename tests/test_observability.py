@@ -43,13 +43,13 @@ from typing import Any
 
 import pytest
 import yaml
-from chart.chartlib import CRD_SCHEMAS, K8S_SCHEMA_VERSIONS, REQUIRED_VALUES, TOOLS, chart_copy, tool
-from helpers import KEY, ROOT, cli_env, free_port, wait_port
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from captcha_worker import codes, metrics
-from captcha_worker.queue import Keys, Queue
+from captcha_worker import codes, metrics, planner
+from captcha_worker.queue import Keys, RedisQueue
+from tests.chart.chartlib import CRD_SCHEMAS, K8S_SCHEMA_VERSIONS, REQUIRED_VALUES, TOOLS, chart_copy, tool
+from tests.helpers import KEY, OTHER_KEY, ROOT, cli_env, free_port, wait_port
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,6 @@ DASHBOARD = CHART / "dashboards" / "captcha-solver.json"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 RELEASE = "cs"
 JOB = "cs-captcha-solver-worker"  # the worker Service name = the `job` label a ServiceMonitor gives
-OTHER_KEY = "fedcba9876543210fedcba9876543210"
 TEST_FOR = "5s"
 RATE_INTERVAL = "20s"  # $__rate_interval (Grafana: max(4 x scrape interval, $__interval + scrape interval))
 RANGE = "10m"  # $__range: longer than the whole lab run
@@ -88,7 +87,8 @@ RECAPTCHA = {"googlekey": "6LcR_okUAAAAAPYrPe-HK_0RULO1aZM15ENyM-Mf", "pageurl":
 # -- helpers ------------------------------------------------------------------------------------------------------
 
 def dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
+    data: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return data
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -258,7 +258,7 @@ def gauge(text: str, name: str) -> float:
 async def produce(lab: Lab) -> None:
     """Steady load for the scenarios that need it, until lab.stop."""
     redis = Redis.from_url(lab.redis_url, decode_responses=True)
-    queues = {ns: Queue(redis, ns) for ns in ("obs-main", "obs-fatal", "obs-saturated")}
+    queues = {ns: RedisQueue(redis, ns) for ns in ("obs-main", "obs-fatal", "obs-saturated")}
     n = 0
     try:
         while not lab.stop.is_set():
@@ -284,9 +284,9 @@ async def preload(redis_url: str) -> None:
     """Backlogs that exist before their workers start (so the queue only shrinks there)."""
     redis = Redis.from_url(redis_url, decode_responses=True)
     try:
-        await Queue(redis, "obs-capacity").push(
+        await RedisQueue(redis, "obs-capacity").push(
             [(f"c{i}", task_body(f"c{i}", "turnstile", TURNSTILE)) for i in range(30)], ttl=3600)
-        await Queue(redis, "obs-reap").push(
+        await RedisQueue(redis, "obs-reap").push(
             [(f"r{i}", task_body(f"r{i}", "turnstile", TURNSTILE)) for i in range(16)], ttl=3600)
     finally:
         await redis.aclose()
@@ -642,8 +642,7 @@ def test_required_panels_exist() -> None:
 def test_the_dashboard_picture_draws_every_panel_from_prometheus(lab: Lab, tmp_path: Path) -> None:
     """dashboards/render.py (what draws docs/img/dashboard.png): every panel's queries through query_range give it
     at least one series for obs-main, and the PNG is written."""
-    sys.path.insert(0, str(ROOT))
-    from dashboards.render import draw
+    from dashboards.render import draw  # noqa: PLC0415 - matplotlib: only this test draws
 
     end = time.time()
     out = tmp_path / "dashboard.png"
@@ -660,7 +659,6 @@ def test_the_dashboard_picture_draws_every_panel_from_prometheus(lab: Lab, tmp_p
 def test_planner_reads_the_observed_workload(lab: Lab) -> None:
     """plan --from-prometheus on obs-main: the producer's rate (5 turnstile + 1.25 reCAPTCHA per second) and the
     simulator's solve times (12 s and 60 s at --speed 20, plus the poll lag)."""
-    from captcha_worker import planner
 
     w = planner.from_prometheus(lab.prom.base, 'namespace="obs-main"', "20s")
     kinds = {k.kind: k for k in w.kinds}

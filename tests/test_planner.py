@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
-from chart.chartlib import tool
-from helpers import ROOT, run_cli
-from test_observability import offline_chart
 
 from captcha_worker import methods, planner
+from captcha_worker.captchaai import PollSchedule
 from captcha_worker.planner import KindLoad, Plan, Workload
+from tests.chart.chartlib import tool
+from tests.helpers import ROOT, run_cli
+from tests.test_observability import offline_chart
 
 CHART = ROOT / "charts" / "captcha-solver"
 MIX = "turnstile=0.7,recaptcha_v2=0.3"
@@ -91,9 +92,7 @@ def test_mix_moments_come_from_the_methods_table() -> None:
 def test_service_time_matches_a_simulation_of_the_poll_schedule(name: str) -> None:
     """service_time's closed form against a Monte Carlo of the same thing: a normal solve time, answers fetched by
     the schedule's first poll or the next interval poll."""
-    import random
 
-    from captcha_worker.captchaai import PollSchedule
 
     kind = methods.by_name(name)
     schedule = PollSchedule.for_kind(kind)
@@ -235,8 +234,7 @@ def test_values_snippets_pass_the_chart_schema_and_helm(rate: str, tmp_path: Pat
 
 # -- the prediction against the simulator -------------------------------------------------------------------
 def _p7() -> Any:
-    sys.path.insert(0, str(ROOT))
-    from bench import p7_planner
+    from bench import p7_planner  # noqa: PLC0415 - a benchmark stage: imports the benchmarks' plumbing
 
     return p7_planner
 

@@ -8,19 +8,21 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import psutil
 import pytest
-from helpers import KEY
-from procs import workers
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Solved
-from captcha_worker.queue import Keys, Queue
-from captcha_worker.simulator import OverCap, SimConfig, SimulatorServer
+from captcha_worker.queue import Keys, RedisQueue
+from captcha_worker.simulator import Latency, OverCap, SimConfig, SimulatorServer
+from tests.helpers import KEY
+from tests.procs import workers
 
 pytestmark = pytest.mark.slow
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
@@ -57,7 +59,9 @@ async def wait_until(predicate: Any, timeout: float, what: str) -> None:
 
 async def test_budget_three_workers_never_exceed_the_plan_threads(
         redis: Redis, redis_server: Any, tmp_path: Path) -> None:
-    async with simulator(threads=50, over_cap=OverCap.ZERO_BALANCE, speed=20, seed=5) as sim:
+    """30 slots, a budget of 12 and a plan of exactly 12 threads that refuses the 13th (ERROR_ZERO_BALANCE):
+    one solve over the budget, anywhere, is an over-cap rejection."""
+    async with simulator(threads=12, over_cap=OverCap.ZERO_BALANCE, speed=20, seed=5) as sim:
         env = worker_env(redis_server.url, sim, CAPTCHAAI_THREADS="12", WORKER_CONCURRENCY="10")
         async with CaptchaQueue(redis) as q:
             ids = await q.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(200)])
@@ -71,10 +75,31 @@ async def test_budget_three_workers_never_exceed_the_plan_threads(
     assert stats.max_in_flight >= 10, "the budget must still be used"
 
 
-def test_no_worker_process_leaks() -> None:
-    """Every worker these tests started has exited (only this pytest's own children are considered)."""
-    import psutil
+async def test_leases_are_renewed_through_solves_much_longer_than_the_lease(
+        redis: Redis, redis_server: Any, tmp_path: Path) -> None:
+    """No faults, solves of ~10 s against LEASE_SECONDS=3: the heartbeat keeps every lease alive, so no reaper
+    (two workers, each running one) takes a task back, nothing is claimed twice or submitted to the API twice."""
+    async with simulator(threads=20, latency={"turnstile": Latency(10.0, 0.3)}, seed=3) as sim:
+        env = worker_env(redis_server.url, sim, API_TIME_SCALE="1", LEASE_SECONDS="3", WORKER_CONCURRENCY="4",
+                         CAPTCHAAI_THREADS="20")
+        async with CaptchaQueue(redis) as q:
+            ids = await q.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(6)])
+            with workers(2, env, tmp_path) as procs:
+                outcomes = [o async for o in q.as_completed(ids, timeout=90)]
+                logs = "".join(p.logs() for p in procs)
+        stats = sim.stats()
+    solved = [o for o in outcomes if isinstance(o, Solved)]
+    assert len(solved) == len(ids), outcomes
+    assert min(o.solving_s or 0.0 for o in solved) > 3 * 2, "each solve outlives its lease several times"
+    assert all(o.attempts == 1 for o in solved), [o.attempts for o in solved]
+    assert stats.submitted == len(ids), "a task was submitted to the API twice"
+    assert "leases_reaped" not in logs and "lease_lost" not in logs
 
+
+@pytest.fixture(autouse=True)
+def no_worker_process_leaks() -> Iterator[None]:
+    """After every test here, each worker it started has exited (only this pytest's own children count)."""
+    yield
     leftovers = [p for p in psutil.Process().children(recursive=True)
                  if "captcha_worker.cli" in " ".join(p.cmdline())]
     assert not leftovers, [" ".join(p.cmdline()) for p in leftovers]
@@ -82,7 +107,6 @@ def test_no_worker_process_leaks() -> None:
 
 async def test_health_and_readiness_endpoints(redis: Redis, redis_server: Any, tmp_path: Path) -> None:
     """/healthz is the process; /readyz follows the worker: 200 while it claims, 503 with the reason when not."""
-    import aiohttp
 
     other = "f" * 32
     async with simulator(threads=5, speed=20) as sim:
@@ -105,7 +129,7 @@ async def test_health_and_readiness_endpoints(redis: Redis, redis_server: Any, t
                 status, text = await get("/metrics")
                 assert status == 200 and "captcha_solver_worker_ready 1.0" in text
                 sim.simulator.reconfigure(dataclasses.replace(sim.simulator.config, keys=frozenset({other})))
-                await Queue(redis, "captcha").push([("h1", task_body("h1", "probe"))], ttl=60)
+                await RedisQueue(redis, "captcha").push([("h1", task_body("h1", "probe"))], ttl=60)
 
                 async def unready() -> bool:
                     return (await get("/readyz"))[0] == 503

@@ -8,10 +8,21 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from captcha_worker.queue import Ack, ClaimFlag, Keys, Lookup, Queue, QueueStats, dead_entry
+from captcha_worker.queue import (
+    SEED_RESULTS_HASH,
+    Ack,
+    ClaimFlag,
+    Keys,
+    Lookup,
+    QueueStats,
+    RedisQueue,
+    dead_entry,
+    is_raw_item,
+)
 from captcha_worker.task import Result, Status
 
-LEASE_ARGS = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100]  # lease s, prefixes, max bytes, dead cap
+#: lease s, prefixes, max bytes, dead cap
+LEASE_ARGS: list[str | int] = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100]
 
 
 def body(task_id: str, reply_to: str | None = None) -> str:
@@ -22,8 +33,8 @@ def body(task_id: str, reply_to: str | None = None) -> str:
 
 
 @pytest.fixture
-def q(any_redis: Redis) -> Queue:
-    return Queue(any_redis, "tq")
+def q(any_redis: Redis) -> RedisQueue:
+    return RedisQueue(any_redis, "tq")
 
 
 def test_all_keys_share_the_hash_tag() -> None:
@@ -34,7 +45,7 @@ def test_all_keys_share_the_hash_tag() -> None:
     assert k.pending == "{captcha}:pending"  # the KEDA trigger's listName
 
 
-async def test_push_keeps_fifo_and_priority_goes_first(q: Queue, any_redis: Redis) -> None:
+async def test_push_keeps_fifo_and_priority_goes_first(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
     await q.push([("p", body("p"))], ttl=100, front=True)
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["p", "a", "b"]
@@ -42,18 +53,18 @@ async def test_push_keeps_fifo_and_priority_goes_first(q: Queue, any_redis: Redi
     assert 0 < await any_redis.ttl(q.keys.task("a")) <= 100
 
 
-async def test_claim_moves_to_processing_leases_and_counts_attempts(q: Queue, any_redis: Redis) -> None:
+async def test_claim_moves_to_processing_leases_and_counts_attempts(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([(t, body(t)) for t in "abc"], ttl=100)
     claimed = await q.claim(2, lease_s=30)
     assert [c.item for c in claimed] == ["a", "b"]
-    assert all(c.attempts == 1 and c.body == body(c.item) and not c.done for c in claimed)
+    assert all(c.attempts == 1 and c.body == body(str(c.item)) and not c.done for c in claimed)
     assert await any_redis.lrange(q.keys.processing, 0, -1) == ["a", "b"]
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["c"]
     assert await any_redis.zcard(q.keys.leases) == 2
     assert await q.claim(5, lease_s=30) and await q.claim(5, lease_s=30) == []
 
 
-async def test_claim_reports_an_existing_result_and_an_expired_body(q: Queue, any_redis: Redis) -> None:
+async def test_claim_reports_an_existing_result_and_an_expired_body(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
     await any_redis.set(q.keys.result("a"), "{}")
     await any_redis.delete(q.keys.task("b"))
@@ -65,7 +76,7 @@ async def test_claim_reports_an_existing_result_and_an_expired_body(q: Queue, an
 
 async def test_claim_blocking_waits_for_an_item_then_leases_it(redis: Redis) -> None:
     """Real server only: fakeredis cannot serve a blocking command and a push concurrently."""
-    q = Queue(redis, "tq")
+    q = RedisQueue(redis, "tq")
     any_redis = redis
     assert await q.claim_blocking(timeout_s=0.2, lease_s=30) is None
 
@@ -80,7 +91,7 @@ async def test_claim_blocking_waits_for_an_item_then_leases_it(redis: Redis) -> 
     assert await any_redis.zscore(q.keys.leases, "a") is not None
 
 
-async def test_ack_first_writer_wins_and_notifies_once(q: Queue, any_redis: Redis) -> None:
+async def test_ack_first_writer_wins_and_notifies_once(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a", "prod1"))], ttl=100)
     (c,) = await q.claim(1, lease_s=30)
     first = Result("a", Status.SOLVED, solution="tok-1")
@@ -97,14 +108,14 @@ async def test_ack_first_writer_wins_and_notifies_once(q: Queue, any_redis: Redi
     assert 0 < await any_redis.ttl(q.keys.result("a")) <= 60
 
 
-async def test_ack_without_result_only_drops_the_item(q: Queue, any_redis: Redis) -> None:
+async def test_ack_without_result_only_drops_the_item(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a"))], ttl=100)
     (c,) = await q.claim(1, lease_s=30)
     assert await q.ack(c.item, None) is False
     assert await any_redis.llen(q.keys.processing) == 0 and await any_redis.zcard(q.keys.leases) == 0
 
 
-async def test_renew_extends_and_reports_lost_leases(q: Queue, any_redis: Redis) -> None:
+async def test_renew_extends_and_reports_lost_leases(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
     await q.claim(2, lease_s=5)
     before = await any_redis.zscore(q.keys.leases, "a")
@@ -114,7 +125,7 @@ async def test_renew_extends_and_reports_lost_leases(q: Queue, any_redis: Redis)
     assert await any_redis.zscore(q.keys.leases, "a") > before + 50
 
 
-async def test_release_requeues_and_refunds_the_attempt(q: Queue, any_redis: Redis) -> None:
+async def test_release_requeues_and_refunds_the_attempt(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
     (a,) = await q.claim(1, lease_s=30)
     assert await q.release(a.item, refund_attempt=True, front=True, last_error="shutdown") is True
@@ -128,7 +139,7 @@ async def test_release_requeues_and_refunds_the_attempt(q: Queue, any_redis: Red
     assert await any_redis.hget(q.keys.task("a"), "attempts") == "1"
 
 
-async def test_reap_requeues_expired_leases_exactly_once(q: Queue, any_redis: Redis) -> None:
+async def test_reap_requeues_expired_leases_exactly_once(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
     await q.claim(1, lease_s=0.05)
     await q.claim(1, lease_s=60)
@@ -142,19 +153,20 @@ async def test_reap_requeues_expired_leases_exactly_once(q: Queue, any_redis: Re
     assert again.item == "a" and again.attempts == 2
 
 
-async def test_reap_rescues_an_orphan_claimed_without_lease(q: Queue, any_redis: Redis) -> None:
+async def test_reap_rescues_an_orphan_claimed_without_lease(q: RedisQueue, any_redis: Redis) -> None:
     """A worker that dies between BLMOVE and LEASE leaves an item in processing without a lease."""
     await q.push([("a", body("a"))], ttl=100)
     await any_redis.lmove(q.keys.pending, q.keys.processing, "LEFT", "RIGHT")
-    assert await q.reap(orphan_grace_s=0.2) == (0, 0), "first sighting only marks it"
+    assert await q.reap(orphan_grace_s=0.5) == (0, 0), "first sighting only marks it"
+    assert await q.reap(orphan_grace_s=0.5) == (0, 0), "seen again within the grace: still left alone"
     assert await any_redis.llen(q.keys.processing) == 1
-    await asyncio.sleep(0.3)
-    assert await q.reap(orphan_grace_s=0.2) == (0, 1)
+    await asyncio.sleep(0.6)
+    assert await q.reap(orphan_grace_s=0.5) == (0, 1)
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["a"]
     assert await any_redis.zcard(q.keys.orphans) == 0
 
 
-async def test_a_lease_taken_in_time_clears_the_orphan_mark(q: Queue, any_redis: Redis) -> None:
+async def test_a_lease_taken_in_time_clears_the_orphan_mark(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a"))], ttl=100)
     item = await any_redis.lmove(q.keys.pending, q.keys.processing, "LEFT", "RIGHT")
     await q.reap(orphan_grace_s=0.2)
@@ -167,13 +179,13 @@ async def test_a_lease_taken_in_time_clears_the_orphan_mark(q: Queue, any_redis:
     assert await any_redis.lrange(q.keys.processing, 0, -1) == ["a"]
 
 
-async def test_lease_after_blmove_refuses_an_item_the_reaper_took_back(q: Queue) -> None:
+async def test_lease_after_blmove_refuses_an_item_the_reaper_took_back(q: RedisQueue) -> None:
     got = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans, q.keys.dead],
                          args=["ghost", *LEASE_ARGS])
     assert got == []
 
 
-async def test_bury_dead_letters_with_reason_and_answers_the_producer(q: Queue, any_redis: Redis) -> None:
+async def test_bury_dead_letters_with_reason_and_answers_the_producer(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a", "prod1"))], ttl=100)
     (c,) = await q.claim(1, lease_s=30)
     entry = dead_entry(reason="unknown method 'x'", code="UNKNOWN_METHOD", task_id="a", view="{}", attempts=1)
@@ -187,7 +199,7 @@ async def test_bury_dead_letters_with_reason_and_answers_the_producer(q: Queue, 
     assert await any_redis.llen(q.keys.reply("prod1")) == 1
 
 
-async def test_dead_letters_are_capped(q: Queue, any_redis: Redis) -> None:
+async def test_dead_letters_are_capped(q: RedisQueue, any_redis: Redis) -> None:
     for i in range(5):
         tid = f"t{i}"
         await q.push([(tid, body(tid))], ttl=100)
@@ -197,7 +209,7 @@ async def test_dead_letters_are_capped(q: Queue, any_redis: Redis) -> None:
     assert [d.id for d in await q.dead_letters()] == ["t4", "t3", "t2"]
 
 
-async def test_raw_seed_item_is_adopted_under_its_id(q: Queue, any_redis: Redis) -> None:
+async def test_raw_seed_item_is_adopted_under_its_id(q: RedisQueue, any_redis: Redis) -> None:
     raw = '{"id": "seed1", "method": "turnstile", "params": {"sitekey": "k", "pageurl": "https://x"}}'
     await any_redis.rpush(q.keys.pending, raw)
     (c,) = await q.claim(1, lease_s=30)
@@ -210,7 +222,7 @@ async def test_raw_seed_item_is_adopted_under_its_id(q: Queue, any_redis: Redis)
     assert await q.adopt(raw, "seed1", body("seed1"), ttl=100, lease_s=30) is None
 
 
-async def test_budget_never_grants_more_than_the_limit(q: Queue) -> None:
+async def test_budget_never_grants_more_than_the_limit(q: RedisQueue) -> None:
     granted = await asyncio.gather(*(q.budget_acquire([f"w{w}:{i}" for i in range(10)], limit=12, lease_s=30)
                                      for w in range(3)))
     assert sum(len(g) for g in granted) == 12
@@ -222,14 +234,14 @@ async def test_budget_never_grants_more_than_the_limit(q: Queue) -> None:
     assert len(again) == 2
 
 
-async def test_expired_budget_units_are_reclaimed_and_reported_lost(q: Queue) -> None:
+async def test_expired_budget_units_are_reclaimed_and_reported_lost(q: RedisQueue) -> None:
     assert await q.budget_acquire(["a:0", "a:1"], limit=2, lease_s=0.05) == ["a:0", "a:1"]
     await asyncio.sleep(0.1)
     assert await q.budget_acquire(["b:0"], limit=2, lease_s=30) == ["b:0"]
     assert sorted(await q.budget_renew(["a:0", "a:1"], lease_s=30)) == ["a:0", "a:1"]
 
 
-async def test_requeue_dead_restores_the_task(q: Queue, any_redis: Redis) -> None:
+async def test_requeue_dead_restores_the_task(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a"))], ttl=100)
     (c,) = await q.claim(1, lease_s=30)
     entry = dead_entry(reason="gave up", code="MAX_ATTEMPTS_EXCEEDED", task_id="a", view=None, attempts=3)
@@ -245,7 +257,7 @@ async def test_requeue_dead_restores_the_task(q: Queue, any_redis: Redis) -> Non
     assert await q.purge_dead() == 0
 
 
-async def test_requeue_dead_says_when_the_body_expired(q: Queue, any_redis: Redis) -> None:
+async def test_requeue_dead_says_when_the_body_expired(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a"))], ttl=100)
     (c,) = await q.claim(1, lease_s=30)
     entry = dead_entry(reason="gave up", code="MAX_ATTEMPTS_EXCEEDED", task_id="a", view=None, attempts=3)
@@ -256,7 +268,7 @@ async def test_requeue_dead_says_when_the_body_expired(q: Queue, any_redis: Redi
     assert await any_redis.llen(q.keys.dead) == 1 and await any_redis.llen(q.keys.pending) == 0
 
 
-async def test_requeue_dead_raw_payload_keeps_only_a_view(q: Queue, any_redis: Redis) -> None:
+async def test_requeue_dead_raw_payload_keeps_only_a_view(q: RedisQueue, any_redis: Redis) -> None:
     raw = '{"id": "s", "method": "nope"}'
     await any_redis.rpush(q.keys.pending, raw)
     (c,) = await q.claim(1, lease_s=30)
@@ -268,7 +280,7 @@ async def test_requeue_dead_raw_payload_keeps_only_a_view(q: Queue, any_redis: R
     assert await q.requeue_dead(letter, ttl=100) is None, "an invalid raw payload is not stored: nothing to requeue"
 
 
-async def test_requeue_dead_entries_of_the_previous_version(q: Queue, any_redis: Redis) -> None:
+async def test_requeue_dead_entries_of_the_previous_version(q: RedisQueue, any_redis: Redis) -> None:
     """Entries written before views existed held the body or the raw payload: they can still be requeued."""
     raw = '{"id": "s", "method": "turnstile"}'
     await any_redis.lpush(q.keys.dead, json.dumps({"id": "s", "reason": "r", "code": "C", "raw": raw}),
@@ -280,14 +292,14 @@ async def test_requeue_dead_entries_of_the_previous_version(q: Queue, any_redis:
     assert await any_redis.hget(q.keys.task("b"), "body") == body("b")
 
 
-async def test_unreadable_dead_letter_entries_are_listed_not_fatal(q: Queue, any_redis: Redis) -> None:
+async def test_unreadable_dead_letter_entries_are_listed_not_fatal(q: RedisQueue, any_redis: Redis) -> None:
     await any_redis.lpush(q.keys.dead, b"\xff\xfe not json", "[1]")
     letters = await q.dead_letters()
     assert [d.reason for d in letters] == ["unreadable dead-letter entry"] * 2
     assert await q.requeue_dead(letters[0], ttl=100) is None
 
 
-async def test_stats_counts_lists_budget_and_workers(q: Queue) -> None:
+async def test_stats_counts_lists_budget_and_workers(q: RedisQueue) -> None:
     await q.push([(t, body(t)) for t in "abcd"], ttl=100)
     await q.claim(1, lease_s=30)
     await q.budget_acquire(["w:0", "w:1"], limit=5, lease_s=30)
@@ -296,7 +308,7 @@ async def test_stats_counts_lists_budget_and_workers(q: Queue) -> None:
     assert await q.stats() == QueueStats(3, 1, 0, 2, 1)
 
 
-async def test_ack_many_acknowledges_a_batch_in_one_round_trip(q: Queue, any_redis: Redis) -> None:
+async def test_ack_many_acknowledges_a_batch_in_one_round_trip(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a", "p")), ("b", body("b", "p"))], ttl=100)
     a, b = await q.claim(2, lease_s=30)
     acks = [Ack(a.item, Result("a", Status.SOLVED, solution="1"), "p"),
@@ -307,7 +319,7 @@ async def test_ack_many_acknowledges_a_batch_in_one_round_trip(q: Queue, any_red
     assert await any_redis.llen(q.keys.processing) == 0
 
 
-async def test_batches_survive_a_flushed_script_cache(q: Queue, any_redis: Redis) -> None:
+async def test_batches_survive_a_flushed_script_cache(q: RedisQueue, any_redis: Redis) -> None:
     await any_redis.script_flush()
     assert await q.push([("a", body("a")), ("b", body("b"))], ttl=100, batch=1) == 2
     a, b = await q.claim(2, lease_s=30)
@@ -319,7 +331,7 @@ async def test_batches_survive_a_flushed_script_cache(q: Queue, any_redis: Redis
 
 async def test_a_batch_is_one_round_trip_without_script_exists(redis: Redis) -> None:
     """redis-py sends SCRIPT EXISTS before every pipeline holding a registered script; ours must not."""
-    q = Queue(redis, "tq")
+    q = RedisQueue(redis, "tq")
     await q.push([("warm", body("warm"))], ttl=100)  # scripts loaded
     await redis.config_resetstat()
     await q.push([(f"t{i}", body(f"t{i}")) for i in range(10)], ttl=100, batch=4)
@@ -329,7 +341,7 @@ async def test_a_batch_is_one_round_trip_without_script_exists(redis: Redis) -> 
 
 
 # -- byte-safe, per-item claiming ---------------------------------------------------------------------------
-async def test_a_batch_with_bytes_that_are_not_utf8_is_claimed_item_by_item(q: Queue, any_redis: Redis) -> None:
+async def test_a_batch_with_bytes_that_are_not_utf8_is_claimed_item_by_item(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a"))], ttl=100)
     await any_redis.rpush(q.keys.pending, b"\xff\xfe\x00poison", "  " + body("s"), "")
     await q.push([("b", body("b"))], ttl=100)
@@ -343,7 +355,7 @@ async def test_a_batch_with_bytes_that_are_not_utf8_is_claimed_item_by_item(q: Q
 
 async def test_a_raw_item_over_the_limit_is_dead_lettered_by_the_claim_itself(redis: Redis) -> None:
     """Real server only: fakeredis's Lua has no redis.sha1hex."""
-    q, any_redis = Queue(redis, "tq"), redis
+    q, any_redis = RedisQueue(redis, "tq"), redis
     huge = "[" * 5000
     await any_redis.rpush(q.keys.pending, huge)
     await q.push([("a", body("a"))], ttl=100)
@@ -355,11 +367,11 @@ async def test_a_raw_item_over_the_limit_is_dead_lettered_by_the_claim_itself(re
     (letter,) = await q.dead_letters()
     assert (letter.id, letter.code, letter.attempts) == (None, "TASK_TOO_LARGE", 1)
     assert letter.reason == "payload is 5000 bytes, over the limit of 4096"
-    assert letter.view == f"(5000 bytes, sha1 {big.item})"
+    assert letter.view == f"(5000 bytes, sha1 {big.item!s})"
 
 
 async def test_the_blocking_claim_buries_an_item_over_the_limit_too(redis: Redis) -> None:
-    q = Queue(redis, "tq")
+    q = RedisQueue(redis, "tq")
     await redis.rpush(q.keys.pending, b"\x80" * 5000)
     got = await q.claim_blocking(timeout_s=1, lease_s=30, max_bytes=4096, dead_max=10)
     assert got is not None and got.flag is ClaimFlag.ITEM_TOO_LARGE
@@ -367,16 +379,14 @@ async def test_the_blocking_claim_buries_an_item_over_the_limit_too(redis: Redis
     assert (await q.dead_letters())[0].code == "TASK_TOO_LARGE"
 
 
-async def test_a_stored_body_over_the_limit_is_not_shipped(q: Queue, any_redis: Redis) -> None:
+async def test_a_stored_body_over_the_limit_is_not_shipped(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", json.dumps({"id": "a", "pad": "x" * 5000}))], ttl=100)
     (c,) = await q.claim(1, lease_s=30, max_bytes=4096)
     assert (c.item, c.body, c.attempts, c.flag) == ("a", None, 1, ClaimFlag.BODY_TOO_LARGE)
 
 
 @pytest.mark.parametrize("item", ["abc\n", "a" * 129, "a b", "ünï", "{}", "-", "a" * 128, "A.b:c_d-1"])
-async def test_lua_and_python_agree_on_what_is_a_task_id(q: Queue, any_redis: Redis, item: str) -> None:
-    from captcha_worker.queue import is_raw_item
-
+async def test_lua_and_python_agree_on_what_is_a_task_id(q: RedisQueue, any_redis: Redis, item: str) -> None:
     await any_redis.rpush(q.keys.pending, item)
     (c,) = await q.claim(1, lease_s=30)
     lua_says_raw = c.attempts == 1 and not await any_redis.exists(q.keys.task(item))
@@ -384,7 +394,7 @@ async def test_lua_and_python_agree_on_what_is_a_task_id(q: Queue, any_redis: Re
 
 
 # -- idempotent submit and lookups --------------------------------------------------------------------------
-async def test_a_second_push_of_a_known_id_is_a_no_op(q: Queue, any_redis: Redis) -> None:
+async def test_a_second_push_of_a_known_id_is_a_no_op(q: RedisQueue, any_redis: Redis) -> None:
     assert await q.push([("a", body("a")), ("b", body("b"))], ttl=100) == 2
     assert await q.push([("a", body("a")), ("c", body("c"))], ttl=100) == 1
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["a", "b", "c"]
@@ -395,18 +405,18 @@ async def test_a_second_push_of_a_known_id_is_a_no_op(q: Queue, any_redis: Redis
     assert await q.push([("a", body("a"))], ttl=100) == 1, "forgotten entirely: a new task"
 
 
-async def test_lookup_tells_queued_finished_and_unknown_apart(q: Queue, any_redis: Redis) -> None:
+async def test_lookup_tells_queued_finished_and_unknown_apart(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
     (a,) = await q.claim(1, lease_s=30)
     await q.ack(a.item, Result("a", Status.SOLVED, solution="t"), result_ttl=60)
     found = await q.lookup(["a", "b", "nope"])
-    assert Result.from_json(found[0]).solution == "t"
+    assert isinstance(found[0], str | bytes) and Result.from_json(found[0]).solution == "t"
     assert found[1:] == [Lookup.QUEUED, Lookup.UNKNOWN]
     await any_redis.delete(q.keys.result("a"))  # RESULT_TTL_SECONDS passed
     assert await q.lookup(["a"]) == [Lookup.FINISHED]
 
 
-async def test_a_repeated_raw_push_of_a_known_id_is_dropped_on_adoption(q: Queue, any_redis: Redis) -> None:
+async def test_a_repeated_raw_push_of_a_known_id_is_dropped_on_adoption(q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("s", body("s"))], ttl=100)
     raw = body("s")
     await any_redis.rpush(q.keys.pending, raw)
@@ -415,7 +425,8 @@ async def test_a_repeated_raw_push_of_a_known_id_is_dropped_on_adoption(q: Queue
     assert await any_redis.lrange(q.keys.processing, 0, -1) == ["s"], "only the original stays"
 
 
-async def test_an_invalid_raw_payload_never_pre_empts_the_result_of_a_real_task(q: Queue, any_redis: Redis) -> None:
+async def test_an_invalid_raw_payload_never_pre_empts_the_result_of_a_real_task(
+        q: RedisQueue, any_redis: Redis) -> None:
     await q.push([("s", body("s"))], ttl=100)
     raw = json.dumps({"id": "s", "method": "nope"})
     await any_redis.rpush(q.keys.pending, raw)
@@ -427,9 +438,7 @@ async def test_an_invalid_raw_payload_never_pre_empts_the_result_of_a_real_task(
     assert await any_redis.hget(q.keys.task("s"), "state") is None, "the real task goes on"
 
 
-async def test_seed_results_hash_is_bounded_by_a_ttl(q: Queue, any_redis: Redis) -> None:
-    from captcha_worker.queue import SEED_RESULTS_HASH
-
+async def test_seed_results_hash_is_bounded_by_a_ttl(q: RedisQueue, any_redis: Redis) -> None:
     await q.write_seed_result("a1", '{"status":"success"}', ttl=60)
     assert await any_redis.hget(SEED_RESULTS_HASH, "a1") == '{"status":"success"}'
     assert 0 < await any_redis.ttl(SEED_RESULTS_HASH) <= 60

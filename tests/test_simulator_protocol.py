@@ -19,12 +19,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 import trustme
-from sim_helpers import KEY, OTHER_KEY, PNG, Api, PingbackReceiver, Submission, kind_id, kind_params, make_png
 
 from captcha_worker import codes, methods
 from captcha_worker.codes import Code
-from captcha_worker.methods import KINDS, Answer, Kind
+from captcha_worker.methods import KINDS, AnswerShape, Kind
 from captcha_worker.simulator import Faults, Latency, SimConfig, SimulatorServer, protocol, tls_context
+from tests.sim_helpers import KEY, OTHER_KEY, PNG, Api, PingbackReceiver, Submission, kind_id, kind_params, make_png
 
 FAST = 3000.0
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ async def test_plain_form_carries_what_the_json_form_does(session: aiohttp.Clien
         plain = await api.wait(task_id, json_mode=False)
         as_json = (await api.get(task_id)).json
         assert plain.content_type == "text/plain"
-        if kind.answer is Answer.TOKEN_WITH_UA:  # the answer first (split("|")[1] is the token), then the UA
+        if kind.shape is AnswerShape.TOKEN_WITH_UA:  # the answer first (split("|")[1] is the token), then the UA
             assert plain.text == f"OK|{as_json['request']}|{as_json['user_agent']}"
             assert as_json["result"] == as_json["request"] and "|" not in str(as_json["request"])
         else:
@@ -390,7 +390,10 @@ def test_simulator_process_logs_structured_lines(certificate: tuple[Path, Path])
         asyncio.run(_hit_process(url.group(0), ca))
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        proc.wait(30)
+    # read through the same buffered streams readline() used: communicate() reads the raw pipes and would lose
+    # whatever readline() had already buffered past the first line
+    out, err = proc.stdout.read(), (proc.stderr.read() if proc.stderr else "")
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     events = {line["event"]: line for line in lines}
     assert events["simulator.started"]["keys"] == 1 and events["simulator.started"]["url"] == url.group(0)

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import KEY, run_cli
-from procs import WorkerProc, simulator
-from topology import Tls, cluster, sentinel
+
+from tests.helpers import KEY, run_cli
+from tests.procs import WorkerProc, simulator
+from tests.topology import Tls, cluster, sentinel
 
 pytestmark = pytest.mark.slow
 TURNSTILE_ARGS = ["turnstile", "-p", "sitekey=0x4AAAAAAA", "-p", "pageurl=https://example.com/login"]

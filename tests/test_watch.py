@@ -12,10 +12,10 @@ import time
 from typing import Any
 
 import pytest
-from helpers import ROOT, cli_env, free_port, wait_port
 from redis.asyncio import Redis
 
-from captcha_worker.queue import Keys, Queue, dead_entry
+from captcha_worker.queue import Keys, RedisQueue, dead_entry
+from tests.helpers import ROOT, cli_env, free_port, wait_port
 
 QUEUE = "watchq"
 
@@ -28,7 +28,7 @@ def _watch_cmd(url: str, *extra: str) -> list[str]:
 async def _seed(url: str, pending: int, dead_codes: list[str]) -> None:
     redis = Redis.from_url(url, decode_responses=True)
     try:
-        q = Queue(redis, QUEUE)
+        q = RedisQueue(redis, QUEUE)
         if pending:
             await q.push([(f"w{i}", f'{{"id": "w{i}", "method": "turnstile", "params": {{}}}}')
                           for i in range(pending)], ttl=600)

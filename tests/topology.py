@@ -17,13 +17,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 import redis as sync_redis
-from helpers import free_port, wait_port
-from procs import RedisServer
+import trustme
 from redis.crc import key_slot
+
+from tests.helpers import free_port, wait_port
+from tests.procs import RedisServer
 
 T = TypeVar("T")
 #: cluster and sentinel nodes: AOF, but fsync once a second (six servers fsyncing every write slow the tests
@@ -87,23 +89,24 @@ def poll(what: str, probe: Callable[[], T | None], timeout: float, every: float 
         time.sleep(every)
 
 
-def replicas_online(master: RedisServer) -> int:
-    """How many replicas of `master` finished their sync (WAIT counts only those)."""
-    client = master.client(socket_timeout=2)
+def replication(server: RedisServer) -> dict[str, Any]:
+    """INFO replication of `server`: its role, its replicas (``slave<n>``), its link to its master."""
+    client = server.client(socket_timeout=2)
     try:
-        info = client.info("replication")
+        return cast(dict[str, Any], client.info("replication"))
     finally:
         client.close()
+
+
+def replicas_online(master: RedisServer) -> int:
+    """How many replicas of `master` finished their sync (WAIT counts only those)."""
+    info = replication(master)
     return sum(1 for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)
                and v.get("state") == "online")
 
 
 def replica_servers(master: RedisServer, by_port: Callable[[int], RedisServer]) -> list[RedisServer]:
-    client = master.client(socket_timeout=2)
-    try:
-        info = client.info("replication")
-    finally:
-        client.close()
+    info = replication(master)
     return [by_port(int(v["port"])) for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
 
 
@@ -242,11 +245,7 @@ class ClusterTopology:
             port = self.slot_master(key)
             if port == old_port:
                 return None
-            client = self.node(port).client(socket_timeout=2)
-            try:
-                return port if client.info("replication")["role"] == "master" else None
-            finally:
-                client.close()
+            return port if replication(self.node(port))["role"] == "master" else None
         return poll(f"a replica to take over the slot of {key!r}", promoted, timeout)
 
     def keys_on_other_masters(self, prefix: str, count: int) -> list[str]:
@@ -295,8 +294,6 @@ class Tls:
     dir: Path
 
     def __post_init__(self) -> None:
-        import trustme
-
         ca = trustme.CA()
         cert = ca.issue_cert("127.0.0.1")
         cert.private_key_pem.write_to_path(str(self.dir / "server.key"))
@@ -459,21 +456,13 @@ class SentinelTopology:
             if len(ports) != 1 or old_port in ports:
                 return None
             port = ports.pop()
-            client = self.server(port).client(socket_timeout=2)
-            try:
-                return port if client.info("replication")["role"] == "master" else None
-            finally:
-                client.close()
+            return port if replication(self.server(port))["role"] == "master" else None
         return poll("the sentinels to promote a replica", promoted, timeout)
 
     def wait_rejoined(self, server: RedisServer, timeout: float = 60) -> None:
         """A restarted old master, turned into a replica of the new one by the sentinels, is in sync."""
         def synced() -> bool | None:
-            client = server.client(socket_timeout=2)
-            try:
-                info = client.info("replication")
-            finally:
-                client.close()
+            info = replication(server)
             return True if info["role"] == "slave" and info.get("master_link_status") == "up" else None
         poll("the old master to rejoin as a replica", synced, timeout)
 

@@ -4,16 +4,18 @@
 class          codes                                                what the caller does
 =============  ===================================================  =========================================
 FATAL          ERROR_WRONG_USER_KEY, ERROR_KEY_DOES_NOT_EXIST,      stop claiming, readiness false; tasks stay
-               IP_BANNED                                            queued
+               IP_BANNED, ERROR_IP_NOT_ALLOWED                      queued
 CAPACITY       ERROR_ZERO_BALANCE, ERROR_NO_SLOT_AVAILABLE,         back off with jitter and retry the same
-               ERROR_TOO_MUCH_REQUESTS, HTTP 429                    task; never fail it for that
+               ERROR_TOO_MUCH_REQUESTS, MAX_USER_TURN, HTTP 429     task; never fail it for that
 TRANSIENT      HTTP 5xx, HTML / non-JSON bodies, ERROR_SERVER_ERROR, retried here (see below), bounded; then
-               timeouts, connection resets, proxy connection fails  TransientError
+               ERROR_INTERNAL_SERVER_ERROR, timeouts, connection    TransientError
+               resets, ERROR_PROXY_CONNECTION_FAILED
 TASK           ERROR_CAPTCHA_UNSOLVABLE, ERROR_BAD_PARAMETERS,      the task's result is an error with the code
                image and proxy errors, any other ERROR_*            (UNSOLVABLE is resubmitted a few times)
 =============  ===================================================  =========================================
 
-Which code is in which class, and its user-facing text, is the table in :mod:`captcha_worker.codes`.
+Which code is in which class, and its user-facing text, is the table in :mod:`captcha_worker.codes`; the fatal,
+capacity and transient rows above name every code of their class (tests/test_codes.py checks them both ways).
 
 Retries under faults (docs/benchmarks.md, P6, measures them): a transient in.php failure is retried after 0.25-0.5 s,
 then with the delay doubling (jittered) up to 4 s, 6 tries in all, so a 5xx burst costs a fraction of a second
@@ -51,6 +53,7 @@ from captcha_worker.codes import ErrorClass as ErrorClass  # noqa: PLC0414
 from captcha_worker.codes import classify as classify  # noqa: PLC0414
 from captcha_worker.codes import describe as describe  # noqa: PLC0414
 from captcha_worker.config import Secret
+from captcha_worker.methods import Answer as Answer  # noqa: PLC0414 - the API's answer, importable from here
 
 _FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -93,12 +96,6 @@ def api_error(code: str, endpoint: str, detail: str = "") -> ApiError:
 
 class SolveTimeout(Exception):
     """The overall solve time limit passed (or the task's deadline)."""
-
-
-@dataclass(frozen=True)
-class Answer:
-    request: str  # the token / text / JSON string
-    user_agent: str | None = None
 
 
 @dataclass(frozen=True)

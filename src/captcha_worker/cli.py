@@ -1,6 +1,7 @@
 """`captcha-worker` commands: run, simulator, check, submit, wait, stats, dead-letters, demo.
 
-Exit codes: 0 success, 1 a task or check failed, 2 bad configuration or arguments (one line on stderr).
+Exit codes (docs/contracts.md): 0 success, 1 a task or check failed (or Redis refused), 2 bad configuration or
+arguments (one line on stderr), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -13,22 +14,30 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, TextIO
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
-from captcha_worker import __version__, log
+from captcha_worker import __version__, demo, log, planner, simulator, watch
+from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy
+from captcha_worker.client import CaptchaQueue, InvalidTask, Solved
 from captcha_worker.config import (
     DEFAULT_API_URL,
     ConfigError,
     ProducerConfig,
     RedisConfig,
+    Secret,
     WorkerConfig,
     queue_name,
     redact_url,
 )
-from captcha_worker.task import Timings
+from captcha_worker.connection import connect, describe_refusal, refusal, tls_hint
+from captcha_worker.metrics import ProbeServer
+from captcha_worker.output import Progress, outcome_json
+from captcha_worker.queue import DeadLetter, RedisQueue
+from captcha_worker.task import payload_view
+from captcha_worker.worker import open_worker
 
-EXIT_OK, EXIT_FAIL, EXIT_CONFIG = 0, 1, 2
+EXIT_OK, EXIT_FAIL, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
@@ -67,79 +76,12 @@ def producer_config(ns: argparse.Namespace) -> ProducerConfig:
 
 
 @asynccontextmanager
-async def _producer(ns: argparse.Namespace) -> AsyncIterator[Any]:
-    from captcha_worker.client import CaptchaQueue
-
+async def _producer(ns: argparse.Namespace) -> AsyncIterator[CaptchaQueue]:
     pc = producer_config(ns)
     q = CaptchaQueue.from_config(pc.redis, queue=pc.queue, task_ttl=pc.task_ttl_seconds,
                                  max_task_bytes=pc.max_task_bytes)
     async with q:
         yield q
-
-
-def outcome_json(outcome: Any) -> dict[str, Any]:
-    """One result as a JSON-able dict (the CLI's output format)."""
-    from captcha_worker.client import Expired, Failed, ResultExpired, Solved, TimedOut, UnknownTask
-
-    if isinstance(outcome, TimedOut):
-        return {"id": outcome.id, "status": "timed_out", "waited_s": round(outcome.waited_s, 3)}
-    if isinstance(outcome, ResultExpired):
-        return {"id": outcome.id, "status": "result_expired",
-                "text": "the task finished, but its result is no longer kept (RESULT_TTL_SECONDS)"}
-    if isinstance(outcome, UnknownTask):
-        return {"id": outcome.id, "status": "unknown", "waited_s": round(outcome.waited_s, 3),
-                "text": "this queue has no record of the id"}
-    data: dict[str, Any] = {"id": outcome.id}
-    if isinstance(outcome, Solved):
-        data.update(status="solved", kind=outcome.kind, solution=outcome.solution, api_calls=outcome.api_calls)
-        if outcome.user_agent:
-            data["user_agent"] = outcome.user_agent
-    elif isinstance(outcome, Failed | Expired):
-        data.update(status="error" if isinstance(outcome, Failed) else "expired", code=outcome.code,
-                    text=outcome.text)
-    timings: Timings = outcome.timings
-    data["attempts"] = outcome.attempts
-    for name in ("queued", "solving", "total"):
-        value = getattr(timings, name)
-        if value is not None:
-            data[f"{name}_s"] = round(value, 3)
-    return data
-
-
-class Progress:
-    """A one-line progress bar on a terminal; silent otherwise."""
-
-    def __init__(self, total: int, stream: TextIO = sys.stderr, label: str = "") -> None:
-        self.total, self.stream, self.label = total, stream, label
-        self.done = 0
-        self.counts: dict[str, int] = {}
-        self.enabled = stream.isatty() and total > 0
-        self._last = 0.0
-        self._started = time.monotonic()
-
-    def add(self, status: str) -> None:
-        self.done += 1
-        self.counts[status] = self.counts.get(status, 0) + 1
-        now = time.monotonic()
-        if self.enabled and (now - self._last > 0.1 or self.done == self.total):
-            self._last = now
-            self.render()
-
-    def render(self, extra: str = "") -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(width * self.done / self.total) if self.total else width
-        rate = self.done / max(1e-9, time.monotonic() - self._started)
-        detail = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
-        self.stream.write(f"\r{self.label}[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                          f"{rate:5.1f}/s {detail} {extra}\033[K")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 # -- run ----------------------------------------------------------------------------------------------------
@@ -154,29 +96,20 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 
 async def _run_worker(cfg: WorkerConfig) -> int:
-    from captcha_worker.metrics import ProbeServer
-    from captcha_worker.worker import open_worker
-
     stop, hard = asyncio.Event(), asyncio.Event()
     _stop_on_signals(stop, hard)
-    async with open_worker(cfg) as worker:
+    async with open_worker(cfg) as worker, AsyncExitStack() as stack:
         try:
-            probes = ProbeServer(cfg.metrics_host, cfg.metrics_port, worker.readiness)
-            await probes.__aenter__()
+            await stack.enter_async_context(ProbeServer(cfg.metrics_host, cfg.metrics_port, worker.readiness))
         except OSError as exc:
             return _die("captcha-worker run", f"cannot listen on {cfg.metrics_host}:{cfg.metrics_port}: "
                                               f"{exc.strerror}")
-        try:
-            await worker.run(stop, hard)
-        finally:
-            await probes.__aexit__(None, None, None)
+        await worker.run(stop, hard)
     return EXIT_OK
 
 
 # -- simulator ----------------------------------------------------------------------------------------------
 def cmd_simulator(ns: argparse.Namespace) -> int:
-    from captcha_worker import simulator
-
     try:
         config = simulator.config_from_args(ns)
         tls = simulator.tls_from_args(ns)
@@ -220,15 +153,10 @@ def cmd_check(ns: argparse.Namespace) -> int:
 
 async def _checks(rc: RedisConfig, queue: str, key: str, api_url: str,
                   threads: int | None) -> list[tuple[str, bool, str]]:
-    from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy
-    from captcha_worker.config import Secret
-    from captcha_worker.connection import connect, describe_refusal, refusal, tls_hint
-    from captcha_worker.queue import Queue
-
     out: list[tuple[str, bool, str]] = []
     redis = connect(rc, client_name="captcha-worker-check")
     try:
-        stats = await asyncio.wait_for(Queue(redis, queue).stats(), 10)
+        stats = await asyncio.wait_for(RedisQueue(redis, queue).stats(), 10)
         out.append(("redis", True, f"{rc.display_url()} queue {queue!r}: {stats.pending} pending, "
                                    f"{stats.processing} processing, {stats.dead} dead"))
     except Exception as exc:
@@ -296,8 +224,6 @@ def cmd_submit(ns: argparse.Namespace) -> int:
 
 
 async def _submit(ns: argparse.Namespace, tasks: list[dict[str, Any]]) -> int:
-    from captcha_worker.client import InvalidTask, Solved
-
     async with _producer(ns) as q:
         try:
             ids = await q.submit_many(tasks)
@@ -325,8 +251,6 @@ def cmd_wait(ns: argparse.Namespace) -> int:
 
 
 async def _wait(ns: argparse.Namespace) -> int:
-    from captcha_worker.client import Solved
-
     async with _producer(ns) as q:
         ok = True
         async for outcome in q.as_completed(ns.ids, ns.timeout):
@@ -342,8 +266,6 @@ def cmd_stats(ns: argparse.Namespace) -> int:
 
 
 def _watch(ns: argparse.Namespace) -> int:
-    from captcha_worker import watch
-
     if ns.interval <= 0 or (ns.count is not None and ns.count < 1):
         raise UsageError("--interval must be > 0 and --count >= 1")
     budget = ns.budget
@@ -356,7 +278,7 @@ def _watch(ns: argparse.Namespace) -> int:
 
 async def _stats(ns: argparse.Namespace) -> int:
     async with _producer(ns) as q:
-        s = await q._guarded(q.queue.stats())
+        s = await q.stats()
     data = {"queue": q.keys.queue, "pending": s.pending, "processing": s.processing, "dead": s.dead,
             "budget_in_use": s.budget_in_use, "workers_alive": s.workers_alive}
     if ns.json:
@@ -376,10 +298,10 @@ async def _dead_letters(ns: argparse.Namespace) -> int:
         if ns.action == "purge":
             if not ns.yes:
                 raise UsageError("purge deletes every dead letter: add --yes")
-            purged = await q._guarded(q.queue.purge_dead())
+            purged = await q.purge_dead()
             print(json.dumps({"purged": purged}) if ns.json else f"purged {purged} dead letters")
             return EXIT_OK
-        letters = await q._guarded(q.queue.dead_letters(0, ns.limit if ns.action == "list" else 1_000_000))
+        letters = await q.dead_letters(0, ns.limit if ns.action == "list" else 1_000_000)
         if ns.action == "list":
             for d in letters:
                 _print_dead_letter(d, as_json=ns.json, max_bytes=q.max_task_bytes)
@@ -387,13 +309,11 @@ async def _dead_letters(ns: argparse.Namespace) -> int:
         return await _requeue(q, ns, letters)
 
 
-def _print_dead_letter(d: Any, *, as_json: bool, max_bytes: int) -> None:
+def _print_dead_letter(d: DeadLetter, *, as_json: bool, max_bytes: int) -> None:
     """One dead letter; the payload only as its redacted view (entries of older versions are redacted here)."""
-    from captcha_worker.task import payload_view
-
-    view = d.view
-    if view is None and (d.legacy_body or d.legacy_raw):
-        view = payload_view(d.legacy_body or d.legacy_raw, log.redact, max_bytes=max_bytes)
+    view, legacy = d.view, d.legacy_body or d.legacy_raw
+    if view is None and legacy:
+        view = payload_view(legacy, log.redact, max_bytes=max_bytes)
     if as_json:
         print(json.dumps({"id": d.id, "code": d.code, "reason": d.reason, "attempts": d.attempts, "at": d.at,
                           "payload": view}))
@@ -401,14 +321,14 @@ def _print_dead_letter(d: Any, *, as_json: bool, max_bytes: int) -> None:
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(d.at))}  {d.id or '-':<34} {d.code:<22} {d.reason}")
 
 
-async def _requeue(q: Any, ns: argparse.Namespace, letters: list[Any]) -> int:
+async def _requeue(q: CaptchaQueue, ns: argparse.Namespace, letters: list[DeadLetter]) -> int:
     wanted = set(ns.ids)
     if not wanted and not ns.all:
         raise UsageError("requeue needs task ids or --all")
     chosen = [d for d in letters if ns.all or d.id in wanted]
     done, gone = 0, []
     for d in chosen:
-        ok = await q._guarded(q.queue.requeue_dead(d, ttl=q.task_ttl))
+        ok = await q.requeue_dead(d)
         if ok is None:
             gone.append(d.id or "-")
         done += bool(ok)
@@ -422,8 +342,6 @@ async def _requeue(q: Any, ns: argparse.Namespace, letters: list[Any]) -> int:
 
 
 def cmd_plan(ns: argparse.Namespace) -> int:
-    from captcha_worker import planner
-
     try:
         target = planner.parse_duration(ns.p95_wait)
         plans = planner.parse_plans(ns.plan) if ns.plan else planner.PLANS
@@ -449,8 +367,6 @@ def cmd_plan(ns: argparse.Namespace) -> int:
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
-    from captcha_worker import demo
-
     return demo.main(ns)
 
 
@@ -475,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-Subparsers = Any  # argparse's _SubParsersAction is private
+Subparsers = Any  # argparse's _SubParsersAction is private: no public name to type it with
 
 
 def _add_service_commands(sub: Subparsers) -> None:
@@ -483,8 +399,6 @@ def _add_service_commands(sub: Subparsers) -> None:
                        description="Run a worker. Configuration comes from the environment: CAPTCHAAI_KEY, "
                                    "CAPTCHAAI_THREADS, REDIS_URL, WORKER_CONCURRENCY, ... (docs/contracts.md).")
     p.set_defaults(func=cmd_run)
-
-    from captcha_worker import simulator
 
     p = sub.add_parser("simulator", help="run the CaptchaAI-compatible simulator",
                        description="A CaptchaAI v1 compatible server for demos, staging and load tests.")
@@ -600,7 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"captcha-worker {ns.command}: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

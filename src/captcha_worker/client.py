@@ -46,7 +46,7 @@ from captcha_worker.config import (
     Secret,
 )
 from captcha_worker.connection import Client, RedisUnavailable, Refusal, connect, refusal, tls_hint
-from captcha_worker.queue import Keys, Lookup, Queue, Text, as_awaitable
+from captcha_worker.queue import DeadLetter, Keys, Lookup, QueueStats, RedisQueue, Text, as_awaitable
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_task
 
 T = TypeVar("T")
@@ -219,7 +219,7 @@ class CaptchaQueue:
                  owns_redis: bool = False, display_url: str = "redis", submit_retry_s: float = SUBMIT_RETRY_S,
                  wait_replicas: int = 0, wait_timeout_ms: int = 500) -> None:
         self.redis = redis
-        self.queue = Queue(redis, queue, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
+        self.queue = RedisQueue(redis, queue, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
         self.producer_id = producer_id or new_producer_id()
         self.task_ttl = task_ttl
         self.max_task_bytes = max_task_bytes
@@ -371,6 +371,24 @@ class CaptchaQueue:
                 raise
             hint = tls_hint(exc)
             raise QueueUnavailable(why, self._url, f"{doing}: {hint}" if hint else doing) from None
+
+    # -- operating the queue (the `stats` and `dead-letters` commands) ------------------------------------
+    async def stats(self) -> QueueStats:
+        """Pending, processing, dead, budget in use, workers alive (QueueUnavailable when Redis refuses)."""
+        return await self._guarded(self.queue.stats(), doing="reading stats")
+
+    async def dead_letters(self, start: int = 0, count: int = 100) -> list[DeadLetter]:
+        """Dead letters, newest first."""
+        return await self._guarded(self.queue.dead_letters(start, count), doing="reading dead letters")
+
+    async def requeue_dead(self, letter: DeadLetter) -> bool | None:
+        """Put a dead letter's task back on pending (attempts reset, this producer's task TTL): True when
+        requeued, False when the entry is gone meanwhile, None when there is nothing left to requeue."""
+        return await self._guarded(self.queue.requeue_dead(letter, ttl=self.task_ttl), doing="requeueing")
+
+    async def purge_dead(self) -> int:
+        """Delete every dead letter; returns how many there were."""
+        return await self._guarded(self.queue.purge_dead(), doing="purging dead letters")
 
     # -- results ----------------------------------------------------------------------------------------
     def _ensure_listener(self) -> None:

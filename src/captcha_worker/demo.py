@@ -16,10 +16,9 @@ import json
 import os
 import random
 import secrets
-import shutil
-import socket
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from captcha_worker.client import CaptchaQueue, Expired, Failed, Outcome, Solved, TaskSpec
+from captcha_worker.localredis import LocalRedis, free_port, port_open, redis_server_binary
+from captcha_worker.output import Progress
 
 #: kind mix of the demo workload: (weight, method, params)
 MIX: tuple[tuple[int, str, dict[str, str]], ...] = (
@@ -38,12 +39,6 @@ MIX: tuple[tuple[int, str, dict[str, str]], ...] = (
     (10, "geetest", {"gt": "022397c99c9f646f6477822485f30404", "challenge": "a66f31a53a4d6a2b5cbd3d2b8d7b1d0e",
                      "pageurl": "https://example.com/geetest"}),
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -67,32 +62,21 @@ async def _wait_for(check: Callable[[], bool], what: str, timeout: float = 15.0)
     raise RuntimeError(f"{what} did not start within {timeout:.0f}s")
 
 
-def _tcp_open(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 async def _start_redis(stack: Stack, port: int) -> str:
-    binary = shutil.which("redis-server")
-    if binary:
-        proc = await asyncio.create_subprocess_exec(
-            binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", stack.logdir, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-        stack.procs.append(proc)
-        await _wait_for(lambda: _tcp_open(port), "redis-server")
+    if redis_server_binary():
+        server = LocalRedis(port, dir=stack.logdir)
+        stack.closers.append(server.close)  # closers run once every process (workers, simulator) has stopped
+        await asyncio.to_thread(server.start)
         return "redis-server"
     try:
-        from fakeredis import TcpFakeServer
+        from fakeredis import TcpFakeServer  # noqa: PLC0415 - optional: the fallback when redis-server is missing
     except ImportError:
         raise RuntimeError("neither redis-server nor fakeredis[lua] is installed: run 'make demo' (installs "
                            "redis-server) or pip install 'fakeredis[lua]'") from None
-    import threading
-
-    server = TcpFakeServer(("127.0.0.1", port), server_type="redis")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    stack.closers.append(server.shutdown)
-    await _wait_for(lambda: _tcp_open(port), "embedded redis")
+    fake = TcpFakeServer(("127.0.0.1", port), server_type="redis")
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    stack.closers.append(fake.shutdown)
+    await _wait_for(lambda: port_open(port), "embedded redis")
     return "embedded fakeredis (redis-server not installed)"
 
 
@@ -122,7 +106,7 @@ async def running_stack(ns: argparse.Namespace) -> AsyncIterator[tuple[Stack, st
         await _spawn(stack, "simulator", ["simulator", "--port", str(sim_port), "--threads", str(ns.threads),
                                           "--speed", str(ns.speed), "--over-cap", "zero_balance",
                                           "--fault", f"unsolvable={ns.unsolvable}"], {})
-        await _wait_for(lambda: _tcp_open(sim_port), "simulator")
+        await _wait_for(lambda: port_open(sim_port), "simulator")
         env = {"REDIS_URL": stack.redis_url, "CAPTCHAAI_KEY": stack.key, "CAPTCHAAI_URL": stack.sim_url,
                "CAPTCHAAI_THREADS": str(ns.threads), "WORKER_CONCURRENCY": str(ns.concurrency),
                "API_TIME_SCALE": str(ns.speed), "LOG_LEVEL": "warning", "METRICS_HOST": "127.0.0.1",
@@ -167,8 +151,6 @@ def _pct(values: list[float], p: float) -> float:
 
 
 async def _produce(ns: argparse.Namespace, stack: Stack) -> tuple[list[Outcome], float]:
-    from captcha_worker.cli import Progress
-
     rng = random.Random(7)
     async with CaptchaQueue.from_url(stack.redis_url) as q:
         started = time.monotonic()

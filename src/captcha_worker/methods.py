@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 
-class Answer(enum.Enum):
+class AnswerShape(enum.Enum):
     """Shape of the ``request`` value res.php returns for a solved task."""
 
     TEXT = "text"  # image: the recognised text
@@ -29,6 +29,15 @@ class Answer(enum.Enum):
     TOKEN_WITH_UA = "token_with_ua"  # noqa: S105 - Enterprise, Cloudflare challenge, CaptchaFox: + `user_agent`
     GEETEST = "geetest"  # JSON string with challenge / validate / seccode (v4: captcha_output etc.)
     INDICES = "indices"  # grid / BLS: JSON array of 1-based cell indices, e.g. "[1,4,7]"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A solved task's answer as CaptchaAI gives it: ``request`` (token, text or JSON string, in the kind's
+    shape), and the user agent it must be used with for the kinds answered with one (``TOKEN_WITH_UA``)."""
+
+    request: str
+    user_agent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,11 +50,16 @@ class Param:
 
 @dataclass(frozen=True)
 class Kind:
+    """One captcha type as submitted with one in.php method. ``name`` is the type (the bounded metric label,
+    e.g. ``recaptcha_v2``): the image and grid types each have two rows, a base64 ``body`` and a multipart
+    ``file``, which differ only in ``method``, ``title`` and the parameter that carries the image (a test pins
+    that). ``(name, method)`` identifies a row."""
+
     name: str  # bounded metric label, e.g. "recaptcha_v2"
     method: str  # in.php `method`
     title: str
     required: tuple[Param, ...]
-    answer: Answer
+    shape: AnswerShape  # of its answer
     solve_mean_s: float  # typical solve time: the simulator's default latency, the poll schedule's starting point
     solve_stddev_s: float
     token_lifetime_s: float | None  # how long the answer stays usable; None = does not expire
@@ -61,41 +75,41 @@ _PROXY = (_p("proxy", "ERROR_BAD_PROXY"), _p("proxytype", "ERROR_BAD_PROXY"))
 
 KINDS: tuple[Kind, ...] = (
     Kind("image", "post", "Image (multipart file)", (_p("file", "ERROR_ZERO_CAPTCHA_FILESIZE"),),
-         Answer.TEXT, 5.0, 1.5, None, http_post=True),
+         AnswerShape.TEXT, 5.0, 1.5, None, http_post=True),
     Kind("image", "base64", "Image (base64 body)", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"),),
-         Answer.TEXT, 5.0, 1.5, None, http_post=True),
+         AnswerShape.TEXT, 5.0, 1.5, None, http_post=True),
     Kind("grid", "base64", "Grid image (base64 body)", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"),
                                                         _p("instructions"), _p("grid_size")),
-         Answer.INDICES, 8.0, 2.5, None, http_post=True),
+         AnswerShape.INDICES, 8.0, 2.5, None, http_post=True),
     Kind("grid", "post", "Grid image (multipart file)", (_p("file", "ERROR_ZERO_CAPTCHA_FILESIZE"),
                                                          _p("instructions"), _p("grid_size")),
-         Answer.INDICES, 8.0, 2.5, None, http_post=True),
+         AnswerShape.INDICES, 8.0, 2.5, None, http_post=True),
     Kind("bls", "bls", "BLS", (_p("instructions"), *(_p(f"image_base64_{i}") for i in range(1, 10))),
-         Answer.INDICES, 8.0, 2.5, None, http_post=True),
+         AnswerShape.INDICES, 8.0, 2.5, None, http_post=True),
     Kind("recaptcha_v2", "userrecaptcha", "reCAPTCHA v2 / invisible",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN, 60.0, 15.0, 120.0),
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), AnswerShape.TOKEN, 60.0, 15.0, 120.0),
     Kind("recaptcha_v2_enterprise", "userrecaptcha", "reCAPTCHA v2 Enterprise",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN_WITH_UA, 60.0, 15.0, 120.0,
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), AnswerShape.TOKEN_WITH_UA, 60.0, 15.0, 120.0,
          http_post=True),
     Kind("recaptcha_v3", "userrecaptcha", "reCAPTCHA v3",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), Answer.TOKEN, 15.0, 5.0, 120.0),
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), AnswerShape.TOKEN, 15.0, 5.0, 120.0),
     Kind("recaptcha_v3_enterprise", "userrecaptcha", "reCAPTCHA v3 Enterprise",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), Answer.TOKEN_WITH_UA, 15.0, 5.0, 120.0,
+         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), AnswerShape.TOKEN_WITH_UA, 15.0, 5.0, 120.0,
          http_post=True),
     Kind("turnstile", "turnstile", "Cloudflare Turnstile", (_p("sitekey"), _PAGEURL),
-         Answer.TOKEN, 12.0, 3.0, 300.0),
+         AnswerShape.TOKEN, 12.0, 3.0, 300.0),
     Kind("cloudflare_challenge", "cloudflare_challenge", "Cloudflare Challenge (cf_clearance)",
-         (_PAGEURL, *_PROXY), Answer.TOKEN_WITH_UA, 90.0, 20.0, 900.0, http_post=True),
+         (_PAGEURL, *_PROXY), AnswerShape.TOKEN_WITH_UA, 90.0, 20.0, 900.0, http_post=True),
     Kind("geetest", "geetest", "GeeTest v3", (_p("gt"), _p("challenge"), _PAGEURL),
-         Answer.GEETEST, 20.0, 6.0, 600.0),
+         AnswerShape.GEETEST, 20.0, 6.0, 600.0),
     Kind("geetest_v4", "geetest", "GeeTest v4", (_p("gt"), _PAGEURL),
-         Answer.GEETEST, 20.0, 6.0, 600.0),
+         AnswerShape.GEETEST, 20.0, 6.0, 600.0),
     Kind("captchafox", "captchafox", "CaptchaFox", (_p("sitekey"), _PAGEURL, *_PROXY),
-         Answer.TOKEN_WITH_UA, 15.0, 5.0, 120.0),
+         AnswerShape.TOKEN_WITH_UA, 15.0, 5.0, 120.0),
     Kind("friendly_captcha", "friendly_captcha", "Friendly Captcha", (_p("sitekey"), _PAGEURL),
-         Answer.TOKEN, 15.0, 5.0, 120.0),
+         AnswerShape.TOKEN, 15.0, 5.0, 120.0),
     Kind("lemin", "lemin", "Lemin", (_p("captcha_id"), _p("div_id"), _PAGEURL),
-         Answer.TOKEN, 15.0, 5.0, 120.0),
+         AnswerShape.TOKEN, 15.0, 5.0, 120.0),
 )
 
 #: every in.php method the queue accepts
@@ -115,27 +129,30 @@ UNSUPPORTED: Mapping[str, str] = {
     "amazon_waf": "Amazon WAF is not solved by CaptchaAI",
 }
 
+#: each type's first row (the variants of a type share everything :func:`by_name` callers read)
 _BY_NAME: dict[str, Kind] = {}
 for _k in KINDS:
     _BY_NAME.setdefault(_k.name, _k)
+_BY_ROW: dict[tuple[str, str], Kind] = {(k.name, k.method): k for k in KINDS}
 
 
-def _truthy(value: str | None) -> bool:
+def truthy(value: str | None) -> bool:
+    """A CaptchaAI flag parameter (``json=1``, ``enterprise=true``, ...) is set."""
     return value is not None and value.strip().lower() in {"1", "true", "yes", "on"}
 
 
 def kind_of(method: str, params: Mapping[str, str]) -> Kind | None:
     """The kind a (method, params) pair denotes, or None for a method CaptchaAI does not have."""
     if method == "userrecaptcha":
-        enterprise = _truthy(params.get("enterprise"))
+        enterprise = truthy(params.get("enterprise"))
         if params.get("version", "").lower() == "v3":
             return _BY_NAME["recaptcha_v3_enterprise" if enterprise else "recaptcha_v3"]
         return _BY_NAME["recaptcha_v2_enterprise" if enterprise else "recaptcha_v2"]
     if method == "geetest":
         return _BY_NAME["geetest_v4"] if params.get("version") == "4" else _BY_NAME["geetest"]
     if method in ("base64", "post"):
-        name = "grid" if "grid_size" in params or _truthy(params.get("recaptcha")) else "image"
-        return next(k for k in KINDS if k.method == method and k.name == name)
+        name = "grid" if "grid_size" in params or truthy(params.get("recaptcha")) else "image"
+        return _BY_ROW[(name, method)]
     for k in KINDS:
         if k.method == method:
             return k
@@ -156,7 +173,7 @@ def canonical(method: str, params: Mapping[str, str]) -> dict[str, str]:
     out = dict(params)
     if method not in ("base64", "post"):
         return out
-    if _truthy(out.get("recaptcha")) and "grid_size" not in out:
+    if truthy(out.get("recaptcha")) and "grid_size" not in out:
         rows, cols = out.get("recaptcharows", "3").strip(), out.get("recaptchacols", "3").strip()
         out["grid_size"] = f"{rows}x{cols}"
     if "grid_size" in out and not out.get("instructions") and out.get("textinstructions"):

@@ -148,11 +148,13 @@ class ProbeServer:
         app.router.add_get("/readyz", self._readyz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        server = site._server
-        if server is not None and self.port == 0:
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        try:
+            await web.TCPSite(self._runner, self.host, self.port).start()
+        except OSError:
+            await self._runner.cleanup()  # __aexit__ is not called when __aenter__ raises
+            raise
+        if self.port == 0:  # the port the OS chose
+            self.port = int(self._runner.addresses[0][1])
         return self
 
     async def __aexit__(self, *exc: object) -> None:

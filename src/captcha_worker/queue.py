@@ -572,7 +572,7 @@ def _str_or_none(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class Queue:
+class RedisQueue:
     """One queue's Redis operations. Stateless apart from the registered scripts; safe to share."""
 
     def __init__(self, redis: Client, name: str, *, wait_replicas: int = 0, wait_timeout_ms: int = 500) -> None:
@@ -833,3 +833,7 @@ def _claimed(quad: Sequence[Any]) -> Claimed:
     item, body, attempts, flag = quad
     return Claimed(item=as_text(item), body=None if body is None else as_text(body), attempts=int(attempts or 0),
                    flag=ClaimFlag(int(flag)))
+
+
+#: the former name, kept while worker.py still uses it (one meaning: this class; producers use client.CaptchaQueue)
+Queue = RedisQueue

@@ -109,7 +109,7 @@ def _flat_params(raw: object) -> dict[str, str] | str:
     return out
 
 
-def _number(data: Mapping[str, Any], name: str) -> float | str | None:
+def _timestamp(data: Mapping[str, Any], name: str) -> float | str | None:
     value = data.get(name)
     if value is None:
         return None
@@ -184,8 +184,8 @@ def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | In
     missing = methods.missing_param(kind, params)
     if missing is not None:
         return invalid(f"missing required param {missing.name!r} for {kind.name}", code=missing.missing_error)
-    submitted_at = _number(data, "submitted_at")
-    deadline = _number(data, "deadline")
+    submitted_at = _timestamp(data, "submitted_at")
+    deadline = _timestamp(data, "deadline")
     if isinstance(submitted_at, str):
         return invalid(submitted_at)
     if isinstance(deadline, str):

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import KEY, free_port
-from procs import RedisServer
 from redis.asyncio import Redis
 
 from captcha_worker.queue import Keys
 from captcha_worker.task import Result
+from tests.helpers import KEY, free_port
+from tests.procs import RedisServer
 
 KEYS = Keys("captcha")
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}

@@ -51,7 +51,7 @@ def _id_like(rng: random.Random, limit: int) -> bytes:
 def _bad_task(rng: random.Random, limit: int) -> bytes:
     base: dict[str, object] = {"id": f"bt{rng.getrandbits(40)}", "method": "turnstile",
                                "params": {"sitekey": "s", "pageurl": "https://e"}}
-    breakage = rng.choice([
+    breakage: dict[str, object] = rng.choice([
         {"method": rng.choice(["hcaptcha", "nope", "", 5])}, {"params": ["a"]}, {"params": {"sitekey": {"n": 1}}},
         {"params": {"sitekey": "s"}}, {"deadline": "soon"}, {"reply_to": "a b"}, {"id": "has space"},
         {"id": "x" * 200}, {"params": {"sitekey": "s", "pageurl": "u", "key": "x"}},

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import run_cli
-from procs import RedisServer, simulator, workers
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Failed, Solved
+from tests.helpers import run_cli
+from tests.procs import RedisServer, simulator, workers
 
 from .conftest import KEYS, SPEED, Row, crashes, wait_until, worker_env
 from .fuzz import PLANTED

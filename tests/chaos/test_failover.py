@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import RedisServer, WorkerProc, simulator, workers
-from topology import ClusterTopology, SentinelTopology, cluster, sentinel
 
 from captcha_worker.client import CaptchaQueue, QueueUnavailable, Solved, TaskSpec, TimedOut, UnknownTask
 from captcha_worker.connection import refusal
 from captcha_worker.task import Result
+from tests.procs import RedisServer, WorkerProc, simulator, workers
+from tests.topology import ClusterTopology, SentinelTopology, cluster, sentinel
 
 from .conftest import SPEED, TURNSTILE, Row, crashes, worker_env
 

@@ -8,10 +8,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from procs import RedisServer, simulator, workers
 from redis.asyncio import Redis
 
-from captcha_worker.queue import Queue
+from captcha_worker.queue import RedisQueue
+from tests.procs import RedisServer, simulator, workers
 
 from .conftest import KEYS, SPEED, Row, crashes, replies, task_body, wait_until, worker_env
 
@@ -26,7 +26,7 @@ async def test_fault_storm_loses_nothing(rs: RedisServer, admin: Redis, tmp_path
                          HTTP_POLL_TIMEOUT_SECONDS="1", MAX_ATTEMPTS="10")
         with workers(2, env, tmp_path) as procs:
             started = time.monotonic()
-            await Queue(admin, "captcha").push([(f"s{i}", task_body(f"s{i}", reply)) for i in range(n)], ttl=3600)
+            await RedisQueue(admin, "captcha").push([(f"s{i}", task_body(f"s{i}", reply)) for i in range(n)], ttl=3600)
             await wait_until(lambda: _answered(admin, reply, n), 180, "every task answered")
             elapsed = time.monotonic() - started
             await asyncio.sleep(0.5)

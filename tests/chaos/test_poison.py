@@ -13,11 +13,11 @@ import random
 import time
 from pathlib import Path
 
-from helpers import run_cli
-from procs import RedisServer, simulator, workers
 from redis.asyncio import Redis
 
 from captcha_worker.task import valid_task_id
+from tests.helpers import run_cli
+from tests.procs import RedisServer, simulator, workers
 
 from .conftest import KEYS, SPEED, Row, crashes, replies, task_body, wait_until, worker_env
 from .fuzz import PLANTED, payloads
@@ -35,7 +35,7 @@ async def _push_mixed(admin: Redis, fuzz: list[bytes], reply: str, seed: int) ->
             pipe.hset(KEYS.task(tid), mapping={"body": task_body(tid, reply), "attempts": 0})
             pipe.expire(KEYS.task(tid), 3600)
         await pipe.execute()
-    valid: list[bytes | str] = [" \n\t " + task_body(t, reply) for t in ids[:SPACED]] + ids[SPACED:]
+    valid: list[bytes | str] = [*(" \n\t " + task_body(t, reply) for t in ids[:SPACED]), *ids[SPACED:]]
     items: list[bytes | str] = [*fuzz, *valid]
     random.Random(seed).shuffle(items)
     for i in range(0, len(items), 500):
@@ -128,7 +128,7 @@ async def test_poison_at_the_head_is_settled_on_its_first_claim(rs: RedisServer,
 
 
 async def _drained(admin: Redis) -> bool:
-    return await admin.llen(KEYS.pending) == 0 and await admin.llen(KEYS.processing) == 0
+    return bool(await admin.llen(KEYS.pending) == 0 and await admin.llen(KEYS.processing) == 0)
 
 
 async def _answered(admin: Redis, reply: str, n: int) -> bool:

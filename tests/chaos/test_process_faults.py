@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers import ROOT, cli_env
-from procs import RedisServer, simulator, workers
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Solved
-from captcha_worker.queue import Queue
+from captcha_worker.queue import RedisQueue
 from captcha_worker.task import Result
+from tests.helpers import ROOT, cli_env
+from tests.procs import RedisServer, simulator, workers
 
 from .conftest import KEYS, SPEED, TURNSTILE, Row, crashes, replies, task_body, wait_until, worker_env
 
@@ -30,7 +30,7 @@ async def test_sigkill_storm_mid_solve_loses_nothing_and_delivers_once(
     with simulator(tmp_path, "--threads", "100", "--speed", SPEED, "--seed", "3", "--latency", "turnstile=12:4") as sim:
         env = worker_env(rs.url, sim.url, MAX_ATTEMPTS="20", CAPTCHAAI_THREADS="30")
         ids = [f"c{i:04d}" for i in range(n)]
-        await Queue(admin, "captcha").push([(i, task_body(i, reply)) for i in ids], ttl=3600)
+        await RedisQueue(admin, "captcha").push([(i, task_body(i, reply)) for i in ids], ttl=3600)
         kills, rng = 0, random.Random(11)
         with workers(3, env, tmp_path) as procs:
             deadline = time.monotonic() + 150
@@ -88,7 +88,7 @@ async def test_sigterm_past_the_grace_requeues_without_counting_an_attempt(
     with simulator(tmp_path, "--threads", "50", "--speed", "1", "--latency", "turnstile=60:0") as sim:
         env = worker_env(rs.url, sim.url, WORKER_CONCURRENCY="3", DRAIN_GRACE_SECONDS="0.5", API_TIME_SCALE="1")
         ids = ["d1", "d2", "d3", "d4"]
-        await Queue(admin, "captcha").push([(i, task_body(i, "drain")) for i in ids], ttl=3600)
+        await RedisQueue(admin, "captcha").push([(i, task_body(i, "drain")) for i in ids], ttl=3600)
         with workers(1, env, tmp_path) as (w,):
             await wait_until(lambda: _is(admin.llen(KEYS.processing), 3), 20, "3 tasks in flight")
             await asyncio.sleep(0.5)
@@ -110,7 +110,7 @@ async def test_redis_sigkill_then_aof_restart_loses_nothing(rs: RedisServer, adm
     n, reply = 200, "chaos-aof"
     with simulator(tmp_path, "--threads", "50", "--speed", SPEED, "--seed", "9") as sim:
         env = worker_env(rs.url, sim.url)
-        await Queue(admin, "captcha").push([(f"k{i}", task_body(f"k{i}", reply)) for i in range(n)], ttl=3600)
+        await RedisQueue(admin, "captcha").push([(f"k{i}", task_body(f"k{i}", reply)) for i in range(n)], ttl=3600)
         with workers(2, env, tmp_path) as procs:
             await wait_until(lambda: _at_least(admin.llen(KEYS.reply(reply)), 20), 60, "some progress")
             rs.stop(signal.SIGKILL)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import redis as sync_redis
-from helpers import free_port
-from procs import RedisServer, WorkerProc, simulator, workers
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, QueueUnavailable
-from captcha_worker.queue import Queue
+from captcha_worker.queue import RedisQueue, as_awaitable
+from tests.helpers import free_port
+from tests.procs import RedisServer, WorkerProc, simulator, workers
 
 from .conftest import KEYS, SPEED, TURNSTILE, Row, crashes, replies, task_body, wait_until, worker_env
 
@@ -80,7 +80,7 @@ async def test_redis_refusal_is_an_outage_not_a_crash(rs: RedisServer, admin: Re
     n, reply = 150, f"chaos-{reason}"
     with simulator(tmp_path, "--threads", "50", "--speed", SPEED, "--seed", "8") as sim:
         env = worker_env(rs.url, sim.url)
-        await Queue(admin, "captcha").push([(f"r{i}", task_body(f"r{i}", reply)) for i in range(n)], ttl=3600)
+        await RedisQueue(admin, "captcha").push([(f"r{i}", task_body(f"r{i}", reply)) for i in range(n)], ttl=3600)
         with workers(2, env, tmp_path) as procs:
             await wait_until(lambda: _ready(procs), 20, "workers ready")
             await wait_until(lambda: _at_least(admin.llen(KEYS.reply(reply)), 20), 60, "some progress")
@@ -134,6 +134,6 @@ async def _unready(p: WorkerProc, reason: str) -> bool:
     return status == 503 and text.strip() == f"redis unavailable: {reason}"
 
 
-async def _at_least(aw: Awaitable[int], value: int) -> bool:
-    return await aw >= value
+async def _at_least(aw: Awaitable[int] | int, value: int) -> bool:
+    return await as_awaitable(aw) >= value
 

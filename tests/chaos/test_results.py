@@ -6,11 +6,11 @@ import asyncio
 import json
 from pathlib import Path
 
-from helpers import run_cli
-from procs import RedisServer, simulator, workers
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, ResultExpired, Solved, UnknownTask
+from tests.helpers import run_cli
+from tests.procs import RedisServer, simulator, workers
 
 from .conftest import SPEED, TURNSTILE, Row, worker_env
 

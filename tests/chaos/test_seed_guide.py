@@ -8,12 +8,13 @@ import json
 import time
 import uuid
 from pathlib import Path
+from typing import Any, cast
 
 import redis as sync_redis
-from procs import RedisServer, simulator, workers
 from redis.asyncio import Redis
 
 from captcha_worker.queue import SEED_QUEUE_LIST, SEED_RESULTS_HASH
+from tests.procs import RedisServer, simulator, workers
 
 from .conftest import KEYS, SPEED, TURNSTILE, Row, crashes, wait_until, worker_env
 
@@ -30,9 +31,11 @@ class GuideQueue:
         (self.redis.lpush if priority == "high" else self.redis.rpush)(SEED_QUEUE_LIST, json.dumps(task))
         return task_id
 
-    def get_result(self, task_id: str) -> dict[str, object] | None:
+    def get_result(self, task_id: str) -> dict[str, Any]:
+        """The guide's result of a task; {} while there is none."""
         raw = self.redis.hget(SEED_RESULTS_HASH, task_id)
-        return json.loads(raw) if raw else None
+        data: dict[str, Any] = json.loads(cast(str | bytes, raw)) if raw else {}
+        return data
 
 
 async def test_seed_guide_producers_and_consumers_work_unchanged(

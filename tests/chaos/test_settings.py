@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 import redis as sync_redis
-from helpers import free_port, redis_server_binary, run_cli, wait_port
-from procs import simulator, workers
+
+from tests.helpers import free_port, redis_server_binary, run_cli, wait_port
+from tests.procs import simulator, workers
 
 from .conftest import SPEED, Row, crashes, worker_env
 
 
 def _certs(d: Path) -> Path:
     """A throw-away CA and a server certificate for 127.0.0.1 (trustme)."""
-    import trustme
+    import trustme  # noqa: PLC0415 - trustme: only the TLS tests need it
 
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -90,13 +91,13 @@ class Rendering:
     text: str
 
     @property
-    def docs(self) -> list[dict]:
+    def docs(self) -> list[dict[str, Any]]:
         return [d for d in yaml.safe_load_all(self.text) if d]
 
     def kinds(self) -> list[str]:
         return sorted(d["kind"] for d in self.docs)
 
-    def one(self, kind: str, name_suffix: str = "") -> dict:
+    def one(self, kind: str, name_suffix: str = "") -> dict[str, Any]:
         found = [d for d in self.docs if d["kind"] == kind and d["metadata"]["name"].endswith(name_suffix)]
         assert len(found) == 1, f"expected one {kind}*{name_suffix} in {self.case}, found {len(found)}"
         return found[0]

@@ -10,6 +10,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -34,45 +35,46 @@ spec:
 """
 
 
-def _checkov(target: Path, *extra: str) -> dict:
+def _checkov(target: Path, *extra: str) -> dict[str, Any]:
     env = dict(os.environ, BC_SKIP_MAPPING="TRUE", CHECKOV_RUN_SCA_PACKAGE_SCAN_V2="false",
                HOME=str(TOOLS / "checkov-home"))
     proc = run([tool("checkov"), "--config-file", CONFIG, "-d", target, "--framework", "kubernetes",
                 "--skip-download", "--quiet", "-o", "json", *extra], env=env, check=False, timeout=600)
     assert proc.stdout.strip(), proc.stderr[-3000:]
     report = json.loads(proc.stdout)
-    return report[0] if isinstance(report, list) else report
+    first: dict[str, Any] = report[0] if isinstance(report, list) else report
+    return first
 
 
 @pytest.fixture(scope="module")
-def scan(rendering_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def scan(rendering_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One checkov run over all renderings plus a deliberately insecure manifest (proves checks can fail)."""
     (rendering_dir / "canary").mkdir(exist_ok=True)
     (rendering_dir / "canary" / "insecure.yaml").write_text(INSECURE)
     return _checkov(rendering_dir)
 
 
-def _failed_by_file(report: dict) -> dict[str, list[str]]:
+def _failed_by_file(report: dict[str, Any]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for c in report.get("results", {}).get("failed_checks", []):
         out.setdefault(c["file_path"].lstrip("/"), []).append(f"{c['check_id']} {c['resource']}")
     return out
 
 
-def test_checkov_runs_on_every_rendering(scan: dict, rendering_dir: Path) -> None:
+def test_checkov_runs_on_every_rendering(scan: dict[str, Any], rendering_dir: Path) -> None:
     assert scan["summary"]["parsing_errors"] == 0
     files = {p.relative_to(rendering_dir).as_posix() for p in rendering_dir.glob("helm*/*.yaml")}
     assert len(files) == 2 * len(list((rendering_dir / HELMS[0]).glob("*.yaml")))
     assert scan["summary"]["passed"] > 100 * len(HELMS)
 
 
-def test_no_unaccepted_findings(scan: dict) -> None:
+def test_no_unaccepted_findings(scan: dict[str, Any]) -> None:
     failed = _failed_by_file(scan)
     chart_failures = {f: c for f, c in failed.items() if not f.startswith("canary/")}
     assert not chart_failures, json.dumps(chart_failures, indent=1)
 
 
-def test_checkov_can_fail(scan: dict) -> None:
+def test_checkov_can_fail(scan: dict[str, Any]) -> None:
     failed = _failed_by_file(scan)
     ids = {c.split()[0] for c in failed.get("canary/insecure.yaml", [])}
     assert {"CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_23"} <= ids, failed

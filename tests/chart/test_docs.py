@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from .chartlib import CHART, run, tool
+from tests.test_docs import documented_env
+
+from .chartlib import CHART, ROOT, Rendering, run, tool
 from .values_schema import OPEN_OBJECTS, OVERRIDES, render
 
 
@@ -59,12 +63,10 @@ def test_values_schema_is_current() -> None:
 
 
 def test_schema_closes_every_object_the_chart_defines() -> None:
-    import json
-
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
 
-    def walk(node: dict, path: str) -> None:
+    def walk(node: dict[str, Any], path: str) -> None:
         if node.get("type") == "object" and "properties" in node:
             if path in OPEN_OBJECTS:
                 assert "additionalProperties" not in node
@@ -79,10 +81,24 @@ def test_schema_closes_every_object_the_chart_defines() -> None:
 def test_docs_upgrade_with_reset_then_reuse_values() -> None:
     """`--reuse-values` freezes the previous chart version's defaults into the release; the docs and NOTES say
     `--reset-then-reuse-values` (Helm 3.14+) everywhere they show an upgrade."""
-    from .chartlib import ROOT
 
     texts = [CHART / "README.md", CHART / "README.md.gotmpl", CHART / "templates" / "NOTES.txt", ROOT / "README.md",
              *sorted((ROOT / "docs").glob("*.md"))]
     stale = [str(p.relative_to(ROOT)) for p in texts if p.exists() and " --reuse-values" in p.read_text()]
     assert not stale, f"say --reset-then-reuse-values in: {stale}"
     assert "--reset-then-reuse-values" in (CHART / "README.md").read_text()
+
+
+def test_the_worker_gets_only_documented_environment(renderings: dict[tuple[str, str], Rendering]) -> None:
+    """Every variable the chart hands the worker (its ConfigMap, and the env of its container) is a row of
+    docs/contracts.md's environment table, which tests/test_docs.py checks against what `WorkerConfig` reads: a
+    chart value that sets a variable nobody reads, or reads under another name, fails here."""
+    documented = documented_env()
+    for (helm, case), r in renderings.items():
+        given = set(r.one("ConfigMap", "-worker")["data"])
+        container = r.one("Deployment", "-worker")["spec"]["template"]["spec"]["containers"][0]
+        given |= {e["name"] for e in container.get("env", [])}
+        unknown = given - documented
+        assert not unknown, f"{helm} {case}: the chart sets {sorted(unknown)}, which docs/contracts.md does not list"
+        where = {"REDIS_SENTINELS", "REDIS_SENTINEL_MASTER"} if "sentinel" in case else {"REDIS_URL"}  # no URL there
+        assert {"CAPTCHAAI_KEY", "CAPTCHAAI_THREADS", "REDIS_MODE", *where} <= given, f"{helm} {case}"

@@ -6,6 +6,7 @@ chart adapts to it (e.g. a PDB's unhealthyPodEvictionPolicy from 1.27)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from .chartlib import CRD_SCHEMAS, HELMS, K8S_SCHEMA_VERSIONS, SHARED_CRDS, TOOL
 from .convert_crds import convert_dir
 
 
-def _kubeconform(paths: list[Path], k8s: str, *, check: bool = True):
+def _kubeconform(paths: list[Path], k8s: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
     schemas = TOOLS / "kubeconform-schemas" / f"{k8s}-strict"
     if not (schemas / "deployment-apps-v1.json").exists():
         pytest.fail(f"no Kubernetes schemas at .tools/kubeconform-schemas/{k8s}-strict: run scripts/install-tools.sh",

@@ -9,9 +9,12 @@ import re
 import tarfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+
+from captcha_worker.queue import Keys
 
 from .chartlib import (
     CHART,
@@ -114,7 +117,7 @@ def test_both_helm_versions_render_the_same_objects(helm: str,
         assert mine == theirs, f"helm3 and helm4 render {case} differently"
 
 
-def _without_random(docs: list[dict]) -> list[dict]:
+def _without_random(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for doc in docs:
         if doc["kind"] == "Secret" and doc["metadata"]["name"].endswith("-redis") and "redis-password" in doc["data"]:
@@ -144,7 +147,11 @@ def test_upgrade_threads_changes_cap_and_rolls_workers(helm: str, chart: Path,
                                         env=helm_env).stdout)
 
     before, same, after = render(), render(), render("captchaai.threads=50")
-    pod = lambda r: r.one("Deployment", "-worker")["spec"]["template"]  # noqa: E731
+
+    def pod(r: Rendering) -> dict[str, Any]:
+        template: dict[str, Any] = r.one("Deployment", "-worker")["spec"]["template"]
+        return template
+
     assert before.one("ScaledObject")["spec"]["maxReplicaCount"] == 3
     assert after.one("ScaledObject")["spec"]["maxReplicaCount"] == 10
     assert after.one("ConfigMap", "-worker")["data"]["CAPTCHAAI_THREADS"] == "50"
@@ -213,10 +220,10 @@ def test_keda_dependency_entry() -> None:
     assert values["keda"]["enabled"] is True
 
 
-def _helm_lock_digest(deps: list[dict], locked: list[dict]) -> str:
+def _helm_lock_digest(deps: list[dict[str, Any]], locked: list[dict[str, Any]]) -> str:
     """Helm's Chart.lock digest (internal/resolver HashReq): sha256 of the JSON of [Chart.yaml deps, locked deps],
     in Go's field order and with its omitempty rules."""
-    def dep(d: dict) -> dict:
+    def dep(d: dict[str, Any]) -> dict[str, Any]:
         out = {"name": d["name"]}
         if d.get("version"):
             out["version"] = str(d["version"])
@@ -323,7 +330,6 @@ def test_examples_are_documented_in_readme() -> None:
 
 def test_dashboard_is_importable_json() -> None:
     """Static shape only; tests/test_observability.py runs every query against a real Prometheus."""
-    import json
 
     dash = json.loads((CHART / "dashboards" / "captcha-solver.json").read_text())
     assert dash["uid"] == "captcha-solver"
@@ -353,7 +359,7 @@ def test_a_chart_bump_restarts_no_pod(helm: str, tmp_path: Path, helm_env: dict[
     meta = bumped / "Chart.yaml"
     meta.write_text(re.sub(r"(?m)^(version|appVersion): .*$", r'\1: "9.9.9"', meta.read_text()))
 
-    def templates(chart: Path) -> dict[str, dict]:
+    def templates(chart: Path) -> dict[str, dict[str, Any]]:
         out = run(template_cmd(helm, chart, "simulator-staging", "--set", "image.tag=0.1.0"), env=helm_env).stdout
         return {f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]
                 for d in Rendering(helm, "bump", out).docs if d["kind"] in ("Deployment", "StatefulSet")}
@@ -361,3 +367,31 @@ def test_a_chart_bump_restarts_no_pod(helm: str, tmp_path: Path, helm_env: dict[
     before, after = templates(CHART), templates(bumped)
     assert len(before) == 3  # worker, simulator, Redis
     assert before == after
+
+
+@pytest.mark.parametrize(("threads", "concurrency", "cap"), [(14, 5, 2), (15, 5, 3), (19, 10, 1), (20, 10, 2),
+                                                              (29, 10, 2), (7, 7, 1)])
+def test_the_replica_cap_rounds_down(chart: Path, helm_env: dict[str, str], threads: int, concurrency: int,
+                                     cap: int) -> None:
+    """maxReplicaCount = floor(threads / concurrency): pods x concurrency never exceeds the plan, however the
+    division falls (one below a multiple is where an off-by-one shows)."""
+    out = run(template_cmd(HELMS[0], chart, "default", "--set", f"captchaai.threads={threads}",
+                           "--set", f"worker.concurrency={concurrency}"), env=helm_env).stdout
+    r = Rendering(HELMS[0], "cap", out)
+    assert r.one("ScaledObject")["spec"]["maxReplicaCount"] == cap
+    assert cap * concurrency <= threads < (cap + 1) * concurrency
+
+
+def test_keda_watches_the_lists_the_python_code_names(renderings: dict[tuple[str, str], Rendering]) -> None:
+    """The chart formats the Redis list names KEDA counts itself (`{<queue>}:pending`, ...): they must be the
+    keys `queue.Keys` makes for the queue the workers are given, and the compat list the workers also read."""
+    for (helm, case), r in renderings.items():
+        if "ScaledObject" not in r.kinds():
+            continue
+        data = r.one("ConfigMap", "-worker")["data"]
+        keys = Keys(data.get("QUEUE_NAME", "captcha"))
+        lists = [t["metadata"]["listName"] for t in r.one("ScaledObject")["spec"]["triggers"]
+                 if "listName" in t["metadata"]]
+        expected = [keys.pending, keys.processing] + ([data["COMPAT_QUEUE_LIST"]] if data.get("COMPAT_QUEUE_LIST")
+                                                      else [])
+        assert lists == expected, f"{helm} {case}: {lists}"

@@ -204,7 +204,8 @@ OPEN_OBJECTS = {
 
 def _schema_for(path: str, value: Any) -> dict[str, Any]:
     if path in OVERRIDES:
-        return json.loads(json.dumps(OVERRIDES[path]))
+        copied: dict[str, Any] = json.loads(json.dumps(OVERRIDES[path]))
+        return copied
     if isinstance(value, bool):
         return {"type": "boolean"}
     if isinstance(value, int):

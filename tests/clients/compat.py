@@ -9,8 +9,8 @@ reach a receiver on 127.0.0.1 with the task's id and answer.
 A call either works or fails; a failure is expected only where :data:`KNOWN` says why (the client's own bug, or a
 spelling of another service's API that CaptchaAI does not have), and it must fail *that* way.
 
-    .venv/bin/python tests/clients/compat.py --write    # regenerate docs/compatibility.md (make compatibility)
-    .venv/bin/python tests/clients/compat.py            # print the page; exit 1 when it differs from the doc
+    .venv/bin/python -m tests.clients.compat --write    # regenerate docs/compatibility.md (make compatibility)
+    .venv/bin/python -m tests.clients.compat            # print the page; exit 1 when it differs from the doc
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import trustme
+
+from captcha_worker.methods import Answer, AnswerShape, by_name
+from captcha_worker.simulator import SimConfig, SimulatorServer, tls_context
+from captcha_worker.simulator.protocol import plain_answer
+from tests.sim_helpers import KEY, PingbackReceiver, make_png
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))  # tests/: sim_helpers
-
-import trustme  # noqa: E402
-from sim_helpers import KEY, PingbackReceiver, make_png  # noqa: E402
-
-from captcha_worker.methods import Answer, by_name  # noqa: E402
-from captcha_worker.simulator import SimConfig, SimulatorServer, Solution, tls_context  # noqa: E402
 
 DOC = ROOT / "docs" / "compatibility.md"
 CLIENTS_PYTHON = ROOT / ".tools" / "clients-venv" / "bin" / "python"
@@ -152,9 +152,9 @@ class Run:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _expected(client: Client, call: str, solution: Solution) -> str:
+def _expected(client: Client, call: str, answer: Answer) -> str:
     plain = client.plain and "extendedResponse" not in call
-    return solution.plain()[3:] if plain else solution.request
+    return plain_answer(answer)[3:] if plain else answer.request
 
 
 def _same(answer: str, expected: str, parsed: bool) -> bool:
@@ -166,14 +166,14 @@ def _judge_solve(client: Client, line: Mapping[str, Any], run: Run) -> str | Non
     if line.get("task_id") is None:  # solve.php: no task id, the reply is the answer
         return None if re.fullmatch(r"[a-z0-9]{1,20}", str(line.get("answer"))) else "not an image's text"
     view = run.server.simulator.task_view(int(line["task_id"]))
-    if view is None or view.solution is None:
+    if view is None or view.answer is None:
         return f"the simulator has no answer for task {line['task_id']}"
     if view.kind.name != line["kind"]:
         return f"the simulator took it for {view.kind.name}"
-    if not _same(str(line["answer"]), _expected(client, line["call"], view.solution), bool(line.get("parsed"))):
+    if not _same(str(line["answer"]), _expected(client, line["call"], view.answer), bool(line.get("parsed"))):
         return "the answer differs from the simulator's"
     plain = client.plain and "extendedResponse" not in line["call"]
-    if view.kind.answer is Answer.TOKEN_WITH_UA and not plain and line.get("user_agent") != view.solution.user_agent:
+    if view.kind.shape is AnswerShape.TOKEN_WITH_UA and not plain and line.get("user_agent") != view.answer.user_agent:
         return "the user agent is missing or differs"
     return None
 
@@ -182,7 +182,7 @@ def _judge_pingback(client: Client, line: Mapping[str, Any], run: Run) -> str | 
     """The pingback calls: the receiver got the task's id and answer."""
     for hit in run.receiver.hits:
         view = run.server.simulator.task_view(int(hit.get("id", "0")))
-        if view is not None and view.solution is not None and hit.get("code") == view.solution.request:
+        if view is not None and view.answer is not None and hit.get("code") == view.answer.request:
             if line.get("task_id") in (None, hit["id"]):
                 return None
     return "no pingback with the task's id and answer"
@@ -211,7 +211,7 @@ def judge(client: Client, line: Mapping[str, Any], run: Run) -> Row:
 
 
 def _works(client: Client, call: str, kind: str | None) -> str:
-    if kind and client.plain and "extendedResponse" not in call and by_name(kind).answer is Answer.TOKEN_WITH_UA:
+    if kind and client.plain and "extendedResponse" not in call and by_name(kind).shape is AnswerShape.TOKEN_WITH_UA:
         return "works (plain reply: `<token>\\|<user agent>`)"
     return "works"
 

@@ -83,7 +83,7 @@ def _sdk_solves(image: str, proxy: str) -> list[tuple[str, str, Callable[[Any], 
 
 
 def captchaai_calls(cfg: dict[str, Any]) -> list[Call]:
-    import captchaai
+    import captchaai  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
 
     url, key, image = cfg["url"], cfg["key"], cfg["image"]
     holder: dict[str, Any] = {}
@@ -129,7 +129,7 @@ def _two_result(result: Any) -> dict[str, Any]:
 
 def _two_solves(cfg: dict[str, Any], solver: Any, extended: Any) -> list[tuple[str, str, Callable[[], Any]]]:
     """(call, kind, the call) for every solve 2captcha-python offers for a CaptchaAI kind."""
-    from twocaptcha import TwoCaptcha
+    from twocaptcha import TwoCaptcha  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
 
     image, server = cfg["image"], cfg["url"].removeprefix("https://")
     body = base64.b64encode(Path(image).read_bytes()).decode()
@@ -164,7 +164,7 @@ def _two_solves(cfg: dict[str, Any], solver: Any, extended: Any) -> list[tuple[s
 
 
 def twocaptcha_calls(cfg: dict[str, Any]) -> list[Call]:
-    from twocaptcha import AsyncTwoCaptcha, TwoCaptcha
+    from twocaptcha import AsyncTwoCaptcha, TwoCaptcha  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
 
     server = cfg["url"].removeprefix("https://")
     key, image = cfg["key"], cfg["image"]
@@ -235,7 +235,7 @@ def _ru_profiles(cfg: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any], bo
 
 
 def rucaptcha_calls(cfg: dict[str, Any]) -> list[Call]:
-    from python_rucaptcha.captchaai import CaptchaAI, CaptchaAIFile
+    from python_rucaptcha.captchaai import CaptchaAI, CaptchaAIFile  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
 
     url, key = cfg["url"], cfg["key"]
     png = Path(cfg["image"]).read_bytes()
@@ -266,15 +266,15 @@ def rucaptcha_calls(cfg: dict[str, Any]) -> list[Call]:
 
 def rucaptcha_classes(cfg: dict[str, Any]) -> list[Call]:
     """The high-level classes the README shows for CaptchaAI (service_type=ServiceEnm.CAPTCHAAI)."""
-    from python_rucaptcha.captcha_fox import CaptchaFox
-    from python_rucaptcha.core.enums import GeetestEnm, ReCaptchaEnm, ServiceEnm
-    from python_rucaptcha.friendly_captcha import FriendlyCaptcha
-    from python_rucaptcha.gee_test import GeeTest
-    from python_rucaptcha.grid_captcha import GridCaptcha
-    from python_rucaptcha.image_captcha import ImageCaptcha
-    from python_rucaptcha.lemin_captcha import LeminCaptcha
-    from python_rucaptcha.re_captcha import ReCaptcha
-    from python_rucaptcha.turnstile import Turnstile
+    from python_rucaptcha.captcha_fox import CaptchaFox  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.core.enums import GeetestEnm, ReCaptchaEnm, ServiceEnm  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.friendly_captcha import FriendlyCaptcha  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.gee_test import GeeTest  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.grid_captcha import GridCaptcha  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.image_captcha import ImageCaptcha  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.lemin_captcha import LeminCaptcha  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.re_captcha import ReCaptcha  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.turnstile import Turnstile  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
 
     url, image = cfg["url"], cfg["image"]
     common = {"rucaptcha_key": cfg["key"], "service_type": ServiceEnm.CAPTCHAAI, "sleep_time": 1}
@@ -317,7 +317,7 @@ async def _one(call: Call, pool: ThreadPoolExecutor) -> dict[str, Any]:
     line: dict[str, Any] = {"call": call.name, "kind": call.kind}
     try:
         if call.is_async:
-            value = await call.run()  # type: ignore[misc]
+            value = await call.run()
         else:
             value = await asyncio.get_running_loop().run_in_executor(pool, call.run)
         fields = call.read(value)

@@ -20,6 +20,7 @@ pods.sh (kubectl, helm3, helm4), and the project's .venv (redis-py; the captcha-
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -27,11 +28,12 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -266,8 +268,6 @@ class Release:
     # -- Redis and the simulator, reached from the host through their Services (kube-proxy)
     @property
     def redis_password(self) -> str:
-        import base64
-
         data = kjson("-n", self.ns, "get", "secret", f"{self.fullname}-redis")["data"]["redis-password"]
         return base64.b64decode(data).decode()
 
@@ -277,7 +277,7 @@ class Release:
 
     def queue_lengths(self) -> dict[str, int]:
         r = self.redis()
-        return {k: int(r.llen("{captcha}:" + k)) for k in ("pending", "processing", "dead")}
+        return {k: int(cast(int, r.llen("{captcha}:" + k))) for k in ("pending", "processing", "dead")}
 
     def sim(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         url = f"http://{self.service_ip(f'{self.fullname}-simulator')}:8080/_sim/{path}"
@@ -376,7 +376,10 @@ def scenario_1(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     with watching(rel, "s1") as (deploy, pods, logs):
         t0 = time.monotonic()
         ids = rel.submit(200)
-        since = lambda: round(time.monotonic() - t0, 1)  # noqa: E731
+
+        def since() -> float:
+            return round(time.monotonic() - t0, 1)
+
         wait_until(60, "KEDA scales 0 -> 1", lambda: rel.spec_replicas() >= 1)
         f["first_pod_s"] = since()
         wait_until(180, f"the HPA scales to N = {n}", lambda: rel.spec_replicas() == n)
@@ -673,8 +676,6 @@ def main(argv: list[str]) -> int:
             rel.uninstall()
         except Exception as exc:  # a Failure, or a bug or tool error: reported the same way, then teardown
             if not isinstance(exc, Failure):
-                import traceback
-
                 traceback.print_exc()
             failed.append(f"{helm}: {exc}")
             say(f"{helm}: FAILED: {exc}")

@@ -19,7 +19,16 @@
 # Runs under flock /tmp/captcha-e2e.lock: one cluster run on the machine at a time. Needs root (containerd, kubelet).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if [ "${E2E_LOCKED:-}" != 1 ]; then
+# an ancestor already holding the lock (`flock /tmp/captcha-e2e.lock make e2e-pods`) would wait on itself forever
+lock_held_above() {
+  local pid=$PPID
+  while [ "${pid:-0}" -gt 1 ]; do
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q 'flock.*/tmp/captcha-e2e.lock' && return 0
+    pid=$(awk '/^PPid:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
+  done
+  return 1
+}
+if [ "${E2E_LOCKED:-}" != 1 ] && ! lock_held_above; then
   echo "e2e-pods: waiting for /tmp/captcha-e2e.lock" >&2
   # -o: the lock stays with flock itself, not with the daemons the run starts (they would inherit it)
   exec env E2E_LOCKED=1 flock -o /tmp/captcha-e2e.lock "$0" "$@"

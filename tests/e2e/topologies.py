@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import redis as sync_redis
 from redis.crc import key_slot
-from topology import ClusterTopology, SentinelTopology
+
+from tests.topology import ClusterTopology, SentinelTopology
 
 PASSWORD = "e2e-topology-pw"
 SENTINEL_PASSWORD = "e2e-sentinel-pw"

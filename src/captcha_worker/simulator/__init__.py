@@ -41,7 +41,8 @@ Sections: :mod:`.config`, :mod:`.protocol`, :mod:`.checks`, :mod:`.answers`, :mo
 
 from __future__ import annotations
 
-from captcha_worker.simulator.answers import TextRules, make_solution
+from captcha_worker.methods import Answer
+from captcha_worker.simulator.answers import TextRules, make_answer
 from captcha_worker.simulator.app import Simulator
 from captcha_worker.simulator.checks import check_submission, decode_base64_image
 from captcha_worker.simulator.cli import add_arguments, config_from_args, tls_from_args
@@ -54,7 +55,7 @@ from captcha_worker.simulator.config import (
     OverCap,
     SimConfig,
 )
-from captcha_worker.simulator.protocol import Action, ApiRequest, Endpoint, Solution
+from captcha_worker.simulator.protocol import Action, ApiRequest, Endpoint
 from captcha_worker.simulator.scheduler import Meter, Scheduler, SimTask
 from captcha_worker.simulator.server import SimulatorServer, serve, tls_context
 from captcha_worker.simulator.stats import SimStats
@@ -63,6 +64,7 @@ __all__ = [
     "MAX_IMAGE_BYTES",
     "MIN_IMAGE_BYTES",
     "Action",
+    "Answer",
     "ApiRequest",
     "Endpoint",
     "Fault",
@@ -76,13 +78,12 @@ __all__ = [
     "SimTask",
     "Simulator",
     "SimulatorServer",
-    "Solution",
     "TextRules",
     "add_arguments",
     "check_submission",
     "config_from_args",
     "decode_base64_image",
-    "make_solution",
+    "make_answer",
     "serve",
     "tls_context",
     "tls_from_args",

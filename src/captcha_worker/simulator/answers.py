@@ -12,8 +12,7 @@ from types import MappingProxyType
 from typing import Final
 
 from captcha_worker import methods
-from captcha_worker.methods import Answer, Kind
-from captcha_worker.simulator.protocol import Solution
+from captcha_worker.methods import Answer, AnswerShape, Kind
 
 _URLSAFE: Final = string.ascii_letters + string.digits + "-_"
 _B64: Final = string.ascii_letters + string.digits + "+/"
@@ -150,16 +149,16 @@ def _indices(kind: Kind, rng: random.Random, params: Mapping[str, str]) -> str:
     return json.dumps(chosen, separators=(",", ":"))
 
 
-def make_solution(kind: Kind, rng: random.Random, params: Mapping[str, str], wall: int) -> Solution:
+def make_answer(kind: Kind, rng: random.Random, params: Mapping[str, str], wall: int) -> Answer:
     """A random answer in the shape CaptchaAI gives for ``kind`` (``wall``: unix time of the solve)."""
-    match kind.answer:
-        case Answer.TEXT:
-            return Solution((TextRules.parse(params) or TextRules()).generate(rng))
-        case Answer.TOKEN:
-            return Solution(_token(kind, rng, params, wall))
-        case Answer.TOKEN_WITH_UA:
-            return Solution(_token(kind, rng, params, wall), _user_agent(rng, params))
-        case Answer.GEETEST:
-            return Solution(_geetest(kind, rng, params, wall))
-        case Answer.INDICES:
-            return Solution(_indices(kind, rng, params))
+    match kind.shape:
+        case AnswerShape.TEXT:
+            return Answer((TextRules.parse(params) or TextRules()).generate(rng))
+        case AnswerShape.TOKEN:
+            return Answer(_token(kind, rng, params, wall))
+        case AnswerShape.TOKEN_WITH_UA:
+            return Answer(_token(kind, rng, params, wall), _user_agent(rng, params))
+        case AnswerShape.GEETEST:
+            return Answer(_geetest(kind, rng, params, wall))
+        case AnswerShape.INDICES:
+            return Answer(_indices(kind, rng, params))

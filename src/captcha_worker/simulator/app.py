@@ -17,7 +17,7 @@ from aiohttp import web
 
 from captcha_worker import log
 from captcha_worker.codes import Code
-from captcha_worker.methods import Answer, Kind
+from captcha_worker.methods import Answer, AnswerShape, Kind
 from captcha_worker.simulator import protocol
 from captcha_worker.simulator.answers import ANSWER_INPUTS
 from captcha_worker.simulator.bans import BanList
@@ -44,7 +44,7 @@ _Route = Callable[[web.Request], Awaitable[web.Response]]
 @dataclasses.dataclass(frozen=True)
 class TaskView:
     kind: Kind
-    solution: protocol.Solution | None
+    answer: Answer | None
 
 
 class Simulator:
@@ -116,7 +116,7 @@ class Simulator:
         if task is None:
             return None
         ready = task.ready_at is not None and task.ready_at <= now and not task.unsolvable
-        return TaskView(task.kind, task.solution() if ready else None)
+        return TaskView(task.kind, task.answer() if ready else None)
 
     def housekeep(self) -> None:
         """Advances time and drops expired answers and stale ban records (the periodic tick calls it)."""
@@ -136,7 +136,7 @@ class Simulator:
                 self._counters.solved += 1
             self._expiry.append(((task.ready_at or now) + self._config.retention_seconds, task.id))
             if task.pingback and self._config.pingback:
-                self._pingbacks.send(task.id, task.pingback, None if task.unsolvable else task.solution())
+                self._pingbacks.send(task.id, task.pingback, None if task.unsolvable else task.answer())
 
     def _count_pingback(self, delivered: bool) -> None:
         if delivered:
@@ -242,7 +242,7 @@ class Simulator:
 
     async def _solve(self, req: ApiRequest, now: float) -> web.Response:
         """One-request image solving: the task is accepted as by in.php, and the reply is its answer."""
-        task = self._accept(req, now, only=Answer.TEXT)
+        task = self._accept(req, now, only=AnswerShape.TEXT)
         if isinstance(task, web.Response):
             return task
         while task.ready_at is None or task.ready_at > now:
@@ -252,10 +252,10 @@ class Simulator:
             self._advance(now)
         return self._result(req, task)
 
-    def _accept(self, req: ApiRequest, now: float, only: Answer | None = None) -> SimTask | web.Response:
+    def _accept(self, req: ApiRequest, now: float, only: AnswerShape | None = None) -> SimTask | web.Response:
         """Checks a submission and starts (or queues) its task; the error reply when it is refused."""
         kind, req = protocol.submission(req)
-        if kind is None or (only is not None and kind.answer is not only):
+        if kind is None or (only is not None and kind.shape is not only):
             return self._fail(req, Code.ERROR_BAD_PARAMETERS)
         limits = ImageLimits(self._config.min_image_bytes, self._config.max_image_bytes)
         code = check_submission(kind, req, limits)
@@ -331,7 +331,7 @@ class Simulator:
     def _result(self, req: ApiRequest, task: SimTask) -> web.Response:
         if task.unsolvable:
             return self._fail(req, Code.ERROR_CAPTCHA_UNSOLVABLE)
-        return protocol.answer(req, task.solution())
+        return protocol.answer(req, task.answer())
 
     def _report(self, req: ApiRequest, action: Action) -> web.Response:
         task = self._lookup(req)

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from captcha_worker import methods
 from captcha_worker.codes import Code
-from captcha_worker.methods import Answer, Kind
+from captcha_worker.methods import AnswerShape, Kind
 from captcha_worker.simulator.answers import TextRules
 from captcha_worker.simulator.protocol import ApiRequest
 
@@ -116,7 +116,7 @@ def _check_grid(_kind: Kind, req: ApiRequest, _limits: ImageLimits) -> str | Non
 
 
 def _check_text_rules(kind: Kind, req: ApiRequest, _limits: ImageLimits) -> str | None:
-    if kind.answer is Answer.TEXT and TextRules.parse(req.fields) is None:
+    if kind.shape is AnswerShape.TEXT and TextRules.parse(req.fields) is None:
         return Code.ERROR_BAD_PARAMETERS
     return None
 

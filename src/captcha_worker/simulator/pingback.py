@@ -16,7 +16,7 @@ import aiohttp
 from yarl import URL
 
 from captcha_worker import log
-from captcha_worker.simulator.protocol import Solution
+from captcha_worker.methods import Answer
 
 _log = logging.getLogger("captcha_worker.simulator")
 
@@ -43,7 +43,7 @@ class Pingbacks:
             session, self._session = self._session, None
             await session.close()
 
-    def send(self, task_id: int, url: str, solution: Solution | None) -> None:
+    def send(self, task_id: int, url: str, solution: Answer | None) -> None:
         """Delivers the outcome of a task in the background (``solution`` None: it was unsolvable)."""
         query = {"id": str(task_id), "code": solution.request if solution else "ERROR_CAPTCHA_UNSOLVABLE"}
         if solution is not None and solution.user_agent is not None:

@@ -44,15 +44,10 @@ from aiohttp import web
 
 from captcha_worker import codes, methods
 from captcha_worker.codes import Code
-from captcha_worker.methods import Kind
+from captcha_worker.methods import Answer, Kind, truthy
 
 KEY_RE: Final = re.compile(r"[A-Za-z0-9]{32}")
 ID_RE: Final = re.compile(r"[0-9]{1,20}")
-_TRUE: Final = frozenset({"1", "true", "yes", "on"})
-
-
-def truthy(value: str) -> bool:
-    return value.strip().lower() in _TRUE
 
 
 class Endpoint(enum.StrEnum):
@@ -192,23 +187,17 @@ def submission(req: ApiRequest) -> tuple[Kind | None, ApiRequest]:
 # ------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Solution:
-    """A solved task's answer: ``request``, and the user agent it must be used with for the kinds answered
-    with one (Enterprise reCAPTCHA, Cloudflare challenge, CaptchaFox)."""
+def answer_fields(answer: Answer) -> dict[str, str]:
+    """The JSON reply's fields: ``request``, and ``result`` (the same answer) + ``user_agent`` when there is a
+    user agent (the official SDK reads ``result``, the official examples ``request``)."""
+    if answer.user_agent is None:
+        return {"request": answer.request}
+    return {"request": answer.request, "result": answer.request, "user_agent": answer.user_agent}
 
-    request: str
-    user_agent: str | None = None
 
-    def json_fields(self) -> dict[str, str]:
-        """The JSON reply's fields: ``request``, and ``result`` (the same answer) + ``user_agent`` when there
-        is a user agent (the official SDK reads ``result``, the official examples ``request``)."""
-        if self.user_agent is None:
-            return {"request": self.request}
-        return {"request": self.request, "result": self.request, "user_agent": self.user_agent}
-
-    def plain(self) -> str:
-        return f"OK|{self.request}" if self.user_agent is None else f"OK|{self.request}|{self.user_agent}"
+def plain_answer(answer: Answer) -> str:
+    """The plain-text reply: ``OK|<answer>``, ``OK|<answer>|<user agent>`` for the kinds answered with one."""
+    return f"OK|{answer.request}" if answer.user_agent is None else f"OK|{answer.request}|{answer.user_agent}"
 
 
 def json_response(body: Mapping[str, object], status: int = 200) -> web.Response:
@@ -240,10 +229,10 @@ def error(req: ApiRequest, code: str) -> web.Response:
     return _finish(req, json_response(body))
 
 
-def answer(req: ApiRequest, solution: Solution) -> web.Response:
+def answer(req: ApiRequest, solved: Answer) -> web.Response:
     if req.as_json:
-        return _finish(req, json_response({"status": 1, **solution.json_fields()}))
-    return _finish(req, plain(solution.plain()))
+        return _finish(req, json_response({"status": 1, **answer_fields(solved)}))
+    return _finish(req, plain(plain_answer(solved)))
 
 
 def threads(req: ApiRequest, total: int, working: int) -> web.Response:

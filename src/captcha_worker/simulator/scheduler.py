@@ -11,9 +11,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from captcha_worker.methods import Kind
-from captcha_worker.simulator.answers import make_solution
-from captcha_worker.simulator.protocol import Solution
+from captcha_worker.methods import Answer, Kind
+from captcha_worker.simulator.answers import make_answer
 
 
 @dataclass(slots=True, eq=False)
@@ -31,8 +30,8 @@ class SimTask:
     ready_at: float | None = None  # None while queued
     pingback: str = ""  # URL to GET when solved ("" = none)
 
-    def solution(self) -> Solution:
-        return make_solution(self.kind, random.Random(self.seed), self.inputs, self.wall)
+    def answer(self) -> Answer:
+        return make_answer(self.kind, random.Random(self.seed), self.inputs, self.wall)
 
 
 @dataclass(slots=True)
