@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -30,23 +29,12 @@ class RedisServer(LocalRedis):
     persistent: bool = True
     client_kwargs: dict[str, Any] = field(default_factory=dict)  # how to reach it (TLS, password) for the ping
 
-    def _wait_loaded(self, deadline: float) -> None:
-        client = self.client()
-        try:
-            while True:
-                try:
-                    client.ping()
-                    return
-                except sync_redis.exceptions.BusyLoadingError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-        finally:
-            client.close()
-
     def client(self, **kwargs: Any) -> sync_redis.Redis:
         """A synchronous admin client of this server (close it)."""
         return sync_redis.Redis(host="127.0.0.1", port=self.port, **{**self.client_kwargs, **kwargs})
+
+    def _ping_client(self) -> sync_redis.Redis:
+        return self.client()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
