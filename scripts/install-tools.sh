@@ -7,7 +7,8 @@
 #   scripts/install-tools.sh --list          the components and their pinned versions
 #
 # Components:
-#   redis          Debian packages redis-server + redis-tools (apt-get)
+#   redis          Debian packages redis-server + redis-tools + redis-sentinel (apt-get; the Sentinel and Cluster
+#                  topology tests start redis-sentinel and `redis-cli --cluster create`)
 #   prometheus     Debian package prometheus (prometheus + promtool) (apt-get)
 #   helm           real Helm v3 and v4 CLIs, built from the Go module proxy: .tools/bin/helm3, .tools/bin/helm4,
 #                  .tools/bin/helm (= v3)
@@ -108,11 +109,13 @@ apt_install() {  # apt_install <component> <package>...
 }
 
 if wants redis; then
-  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v redis-sentinel >/dev/null
+  then
     log redis "ok ($(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p'))"
   else
-    apt_install redis redis-server redis-tools
+    apt_install redis redis-server redis-tools redis-sentinel
     command -v redis-server >/dev/null || die redis "redis-server still not on PATH after apt-get install"
+    command -v redis-sentinel >/dev/null || die redis "redis-sentinel still not on PATH after apt-get install"
     # Debian's package may start a system redis on 6379; tests start their own on free ports.
     log redis "installed ($(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p'))"
   fi

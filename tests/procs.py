@@ -12,9 +12,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import redis as sync_redis
 
 from captcha_worker.localredis import LocalRedis
 from tests.helpers import ROOT, cli_env, free_port, wait_port
@@ -25,6 +27,17 @@ class RedisServer(LocalRedis):
     """A real redis-server on a free port, with AOF (fsync always) so a restart keeps the data."""
 
     persistent: bool = True
+    client_kwargs: dict[str, Any] = field(default_factory=dict)  # how to reach it (TLS, password) for the ping
+
+    def client(self, **kwargs: Any) -> sync_redis.Redis:
+        """A synchronous admin client of this server (close it)."""
+        return sync_redis.Redis(host="127.0.0.1", port=self.port, **{**self.client_kwargs, **kwargs})
+
+    def _ping_client(self) -> sync_redis.Redis:
+        return self.client()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
 
 class WorkerProc:

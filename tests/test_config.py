@@ -84,3 +84,46 @@ def test_json_logs_scrub_secrets_and_proxy_credentials() -> None:
     assert line["event"] == "something" and line["level"] == "info"
     assert KEY not in stream.getvalue() and "s3cret" not in stream.getvalue()
     assert "alice:***@10.0.0.1" in line["detail"]
+
+
+# -- REDIS_MODE ------------------------------------------------------------------------------------------------
+BASE = {"CAPTCHAAI_KEY": KEY, "CAPTCHAAI_THREADS": "10"}
+
+
+def test_sentinel_mode_reads_the_sentinels_and_hides_their_password() -> None:
+    rc = WorkerConfig.from_env({**BASE, "REDIS_MODE": "sentinel", "REDIS_SENTINELS": "s1:26380, s2,[fd00::1]:5000",
+                                "REDIS_SENTINEL_MASTER": "prod", "REDIS_SENTINEL_PASSWORD": "sentinel-pw",
+                                "REDIS_TLS": "true", "REDIS_WAIT_REPLICAS": "1"}).redis
+    assert rc.sentinels == (("s1", 26380), ("s2", 26379), ("fd00::1", 5000))
+    assert (rc.sentinel_master, rc.use_tls, rc.wait_replicas, rc.wait_timeout_ms) == ("prod", True, 1, 500)
+    assert rc.display_url() == "rediss+sentinel://s1:26380,s2:26379,[fd00::1]:5000/prod"
+    assert "sentinel-pw" not in repr(rc)
+
+
+def test_cluster_mode_takes_a_seed_url_and_more_seeds() -> None:
+    rc = ProducerConfig.from_env({"REDIS_MODE": "cluster", "REDIS_URL": "rediss://u:pw@c1:7000",
+                                  "REDIS_CLUSTER_NODES": "c2:7001,c3"}).redis
+    assert rc.cluster_nodes == (("c2", 7001), ("c3", 6379))
+    assert "pw" not in rc.display_url() and rc.display_url().endswith("@c1:7000 (cluster)")
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"REDIS_MODE": "replicated"}, "REDIS_MODE must be standalone, sentinel or cluster, got 'replicated'"),
+    ({"REDIS_MODE": "sentinel"}, "REDIS_SENTINELS is required"),
+    ({"REDIS_MODE": "sentinel", "REDIS_SENTINELS": "s1:26379", "REDIS_URL": "redis://h"},
+     "REDIS_URL is not used with REDIS_MODE=sentinel"),
+    ({"REDIS_MODE": "sentinel", "REDIS_SENTINELS": "s1:99999"}, "REDIS_SENTINELS must be host:port"),
+    ({"REDIS_MODE": "sentinel", "REDIS_SENTINELS": "s1", "REDIS_SENTINEL_MASTER": "a b"},
+     "REDIS_SENTINEL_MASTER must be the master's name"),
+    ({"REDIS_SENTINELS": "s1:26379"}, "REDIS_SENTINELS is set but REDIS_MODE is standalone"),
+    ({"REDIS_MODE": "cluster", "REDIS_URL": "redis://h:6379/3"}, "a Redis Cluster has only database 0"),
+    ({"REDIS_MODE": "cluster", "REDIS_URL": "unix:///tmp/r.sock"}, "no unix sockets"),
+    ({"REDIS_CLUSTER_NODES": "c2:7000"}, "REDIS_CLUSTER_NODES is set but REDIS_MODE is standalone"),
+    ({"REDIS_URL": "redis://h", "REDIS_TLS": "true"}, "REDIS_TLS=true contradicts REDIS_URL"),
+    ({"REDIS_WAIT_REPLICAS": "-1"}, "REDIS_WAIT_REPLICAS must be between 0 and 100, got -1"),
+])
+def test_bad_redis_mode_settings_are_one_sentence(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        WorkerConfig.from_env({**BASE, **env})
+    assert message in str(info.value), str(info.value)
+    assert "\n" not in str(info.value)

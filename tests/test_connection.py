@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from redis import exceptions as rexc
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from captcha_worker import metrics
-from captcha_worker.config import RedisConfig, Secret
-from captcha_worker.connection import RedisUnavailable, Refusal, connect, is_cross_slot, refusal
+from captcha_worker.config import RedisConfig, RedisMode, Secret
+from captcha_worker.connection import RedisUnavailable, Refusal, SentinelMaster, connect, is_cross_slot, refusal
 
 
 @pytest.mark.parametrize(("exc", "why"), [
@@ -38,7 +38,7 @@ def test_refusals_are_classified_by_type(exc: Exception, why: Refusal) -> None:
 @pytest.mark.parametrize("exc", [
     rexc.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
     rexc.ResponseError("ERR Error running script: attempt to compare nil with number"),
-    rexc.NoScriptError("No matching script"), ValueError("x"), KeyError("y"),
+    ValueError("x"), KeyError("y"),
 ])
 def test_everything_else_is_not_an_outage(exc: Exception) -> None:
     assert refusal(exc) is None
@@ -76,11 +76,13 @@ async def test_the_factory_applies_every_setting(redis_server: object) -> None:
     rc = RedisConfig(url="rediss://h.example:6380/2", username="alice", password=Secret("pw"),
                      tls_ca_file="/etc/ca.pem", tls_insecure=False, socket_timeout_s=7.0, connect_timeout_s=3.0)
     client = connect(rc, client_name="captcha-test")
+    assert isinstance(client, Redis)
     kw = client.connection_pool.connection_kwargs
     assert (kw["username"], kw["password"], kw["ssl_ca_certs"]) == ("alice", "pw", "/etc/ca.pem")
     assert (kw["socket_timeout"], kw["socket_connect_timeout"], kw["client_name"]) == (7.0, 3.0, "captcha-test")
     assert (kw["host"], kw["port"], kw["db"]) == ("h.example", 6380, 2)
     insecure = connect(RedisConfig(url="rediss://h:6380/0", tls_insecure=True), client_name="x")
+    assert isinstance(insecure, Redis)
     assert insecure.connection_pool.connection_kwargs["ssl_cert_reqs"] == "none"
     await client.aclose()
     await insecure.aclose()
@@ -88,3 +90,21 @@ async def test_the_factory_applies_every_setting(redis_server: object) -> None:
 
 def test_the_metric_label_list_is_the_refusal_enum() -> None:
     assert metrics.REDIS_REFUSALS == tuple(r.value for r in Refusal)
+
+
+async def test_the_factory_builds_a_client_per_mode() -> None:
+    sentinel = connect(RedisConfig(mode=RedisMode.SENTINEL, sentinels=(("s1", 26379), ("s2", 26380)),
+                                   sentinel_master="prod", password=Secret("data-pw"),
+                                   sentinel_password=Secret("sentinel-pw"), tls=True), client_name="t")
+    assert isinstance(sentinel, SentinelMaster) and sentinel.discovery is not None
+    watcher = sentinel.discovery.sentinels[1].connection_pool.connection_kwargs
+    assert (watcher["port"], watcher["password"]) == (26380, "sentinel-pw")  # the sentinels' own password
+    assert watcher.get("username") is None
+    assert sentinel.connection_pool.connection_kwargs["password"] == "data-pw"  # the data nodes'
+    assert sentinel.connection_pool.service_name == "prod"  # type: ignore[attr-defined]
+    await sentinel.aclose()
+    cluster = connect(RedisConfig(url="redis://c1:7000", mode=RedisMode.CLUSTER, cluster_nodes=(("c2", 7001),)),
+                      client_name="t")
+    assert isinstance(cluster, RedisCluster)
+    assert sorted(n.name for n in cluster.startup_nodes) == ["c1:7000", "c2:7001"]
+    await cluster.aclose()

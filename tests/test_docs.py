@@ -57,6 +57,8 @@ def test_reliability_doc_has_a_row_for_every_chaos_scenario() -> None:
     sources = "\n".join(p.read_text() for p in (ROOT / "tests" / "chaos").glob("test_*.py"))
     scenarios = set(re.findall(r'Row\(f?"([a-z0-9-]+?)(?:-\{[a-z_]+\})?"', sources))
     scenarios |= set(re.findall(r'\("(redis-[a-z0-9-]+)", _', sources))
+    for rows_tuple in re.findall(r"^ROWS = \((.*?)\)", sources, re.S | re.M):  # names built from parameters
+        scenarios |= set(re.findall(r'"([a-z0-9-]+)"', rows_tuple))
     assert len(scenarios) >= 15, scenarios
     doc = (ROOT / "docs" / "reliability.md").read_text()
     rows = set(re.findall(r"^\| `([a-z0-9-]+?)(?:-[0-9]+)?` \|", doc, re.M))

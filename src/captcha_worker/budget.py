@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from redis.asyncio import Redis
+
+from captcha_worker.connection import Client, SlotScript
 
 #: no limit of the caller's own (``stats`` from a CLI); a limit registered by a live worker still applies
 UNLIMITED = -1
@@ -152,11 +153,10 @@ class Budget:
     ``state`` adds the units in use). ``RedisQueue.budget`` is one, on the queue's keys; a caller that shares the plan
     some other way (tenant shares of a gateway) builds on these four and the key layout above."""
 
-    def __init__(self, redis: Redis, *, units: str, limits: str) -> None:
+    def __init__(self, redis: Client, *, units: str, limits: str) -> None:
         self.redis = redis
         self.units, self.limits = units, limits
-        reg = redis.register_script
-        self._acquire, self._renew, self._state = reg(_ACQUIRE), reg(_RENEW), reg(_STATE)
+        self._acquire, self._renew, self._state = (SlotScript(redis, s) for s in (_ACQUIRE, _RENEW, _STATE))
 
     async def acquire(self, units: Sequence[str], *, limit: int, lease_s: float) -> list[str]:
         """Take free units (or find them held already) up to the effective limit; returns the units held."""

@@ -90,7 +90,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
         cfg = WorkerConfig.from_env()
     except ConfigError as exc:
         return _die("captcha-worker run", f"configuration error: {exc}")
-    log.setup(cfg.log_level, secrets=[cfg.api_key.value, cfg.redis.password.value])
+    log.setup(cfg.log_level, secrets=[cfg.api_key.value, cfg.redis.password.value,
+                                      cfg.redis.sentinel_password.value])
     return asyncio.run(_run_worker(cfg))
 
 

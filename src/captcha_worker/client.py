@@ -38,8 +38,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from redis.asyncio import Redis
-
 from captcha_worker.codes import Code, describe
 from captcha_worker.config import (
     DEFAULT_MAX_TASK_BYTES,
@@ -49,7 +47,7 @@ from captcha_worker.config import (
     RedisConfig,
     Secret,
 )
-from captcha_worker.connection import RedisUnavailable, Refusal, connect, refusal, tls_hint
+from captcha_worker.connection import Client, RedisUnavailable, Refusal, connect, refusal, tls_hint
 from captcha_worker.queue import DeadLetter, Keys, Lookup, QueueStats, RedisQueue, Text, Verdict, as_awaitable
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_task
 
@@ -220,11 +218,12 @@ def _stored_outcome(task_id: str, value: Text | Lookup) -> Outcome | None:
 class CaptchaQueue:
     """Async producer. Use ``async with``; one instance per process serves any number of waiters."""
 
-    def __init__(self, redis: Redis, *, queue: str = DEFAULT_QUEUE, producer_id: str | None = None,
+    def __init__(self, redis: Client, *, queue: str = DEFAULT_QUEUE, producer_id: str | None = None,
                  task_ttl: int = DEFAULT_TASK_TTL, max_task_bytes: int = DEFAULT_MAX_TASK_BYTES,
-                 owns_redis: bool = False, display_url: str = "redis", submit_retry_s: float = SUBMIT_RETRY_S) -> None:
+                 owns_redis: bool = False, display_url: str = "redis", submit_retry_s: float = SUBMIT_RETRY_S,
+                 wait_replicas: int = 0, wait_timeout_ms: int = 500) -> None:
         self.redis = redis
-        self.queue = RedisQueue(redis, queue)
+        self.queue = RedisQueue(redis, queue, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
         self.producer_id = producer_id or new_producer_id()
         self.task_ttl = task_ttl
         self.max_task_bytes = max_task_bytes
@@ -247,13 +246,15 @@ class CaptchaQueue:
         ``captcha-producer-<producer id>`` (visible in CLIENT LIST)."""
         producer_id = producer_id or new_producer_id()
         redis = connect(rc, client_name=f"captcha-producer-{producer_id}")
+        kwargs = {"wait_replicas": rc.wait_replicas, "wait_timeout_ms": rc.wait_timeout_ms, **kwargs}
         return cls(redis, owns_redis=True, display_url=rc.display_url(), producer_id=producer_id, **kwargs)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> CaptchaQueue:
         """Configured like the workers: REDIS_URL, REDIS_USERNAME, REDIS_PASSWORD, REDIS_TLS_CA_FILE,
-        REDIS_TLS_INSECURE, REDIS_*_TIMEOUT_SECONDS, QUEUE_NAME, TASK_TTL_SECONDS, MAX_TASK_BYTES (ConfigError, a
-        ValueError, on a bad value)."""
+        REDIS_TLS_INSECURE, REDIS_*_TIMEOUT_SECONDS, REDIS_MODE with its Sentinel / Cluster settings,
+        REDIS_WAIT_REPLICAS, QUEUE_NAME, TASK_TTL_SECONDS, MAX_TASK_BYTES (ConfigError, a ValueError, on a bad
+        value)."""
         pc = ProducerConfig.from_env(env)
         kwargs = {"queue": pc.queue, "task_ttl": pc.task_ttl_seconds, "max_task_bytes": pc.max_task_bytes, **kwargs}
         return cls.from_config(pc.redis, **kwargs)

@@ -7,6 +7,7 @@ prints it on one line and exits with status 2.  Secrets (the API key, the Redis 
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import re
@@ -100,32 +101,68 @@ class _Env:
         raise ConfigError(f"{name} must be true or false, got {text!r}")
 
 
+class RedisMode(enum.StrEnum):
+    """How Redis is deployed (``REDIS_MODE``)."""
+
+    STANDALONE = "standalone"  # one server (or a managed endpoint that fails over behind one address)
+    SENTINEL = "sentinel"  # a master found through Redis Sentinel (bitnami/redis' HA mode)
+    CLUSTER = "cluster"  # a Redis Cluster (ElastiCache cluster mode, Memorystore cluster, Azure clustered)
+
+
+DEFAULT_SENTINEL_PORT = 26379
+_HOST_PORT_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.\-]+))(?::(?P<port>\d{1,5}))?$")
+
+
+def host_ports(name: str, text: str, default_port: int) -> tuple[tuple[str, int], ...]:
+    """``host:port,host:port`` (port optional, IPv6 in brackets) as pairs; a ConfigError names `name`."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        m = _HOST_PORT_RE.match(part)
+        port = int(m.group("port") or default_port) if m else 0
+        if not m or not 0 < port < 65536:
+            raise ConfigError(f"{name} must be host:port[,host:port...], got {part[:80]!r}")
+        out.append((m.group("v6") or m.group("host"), port))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class RedisConfig:
-    url: str
+    url: str = "redis://localhost:6379/0"  # standalone: the server; cluster: a seed node; sentinel: unused
     username: str | None = None
     password: Secret = Secret("")
     tls_ca_file: str | None = None
     tls_insecure: bool = False
     socket_timeout_s: float = 10.0  # per command; above every blocking wait the package issues (1 s)
     connect_timeout_s: float = 5.0
+    mode: RedisMode = RedisMode.STANDALONE
+    sentinels: tuple[tuple[str, int], ...] = ()
+    sentinel_master: str = "mymaster"
+    sentinel_username: str | None = None
+    sentinel_password: Secret = Secret("")
+    cluster_nodes: tuple[tuple[str, int], ...] = ()  # cluster: more seed nodes than REDIS_URL's
+    tls: bool = False  # TLS although the URL does not say rediss:// (sentinel mode has no URL)
+    wait_replicas: int = 0  # durability: pushes and acks wait for this many replicas (WAIT); 0 = off
+    wait_timeout_ms: int = 500
+
+    @property
+    def use_tls(self) -> bool:
+        return self.tls or self.url.startswith("rediss://")
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> RedisConfig:
         e = _Env(env)
-        url = e.text("REDIS_URL", "redis://localhost:6379/0")
-        parts = urlsplit(url)
-        if parts.scheme not in {"redis", "rediss", "unix"}:
-            raise ConfigError(f"REDIS_URL must start with redis://, rediss:// or unix://, got scheme {parts.scheme!r}")
-        if parts.scheme != "unix" and not parts.hostname:
-            raise ConfigError("REDIS_URL has no host (expected redis://host:6379/0)")
-        try:
-            _ = parts.port
-        except ValueError:
-            raise ConfigError("REDIS_URL has an invalid port") from None
+        mode_text = e.text("REDIS_MODE", "standalone").lower()
+        if mode_text not in set(RedisMode):
+            raise ConfigError(f"REDIS_MODE must be standalone, sentinel or cluster, got {mode_text!r}")
+        mode = RedisMode(mode_text)
+        url = _redis_url(e, mode)
         ca = e.raw("REDIS_TLS_CA_FILE")
         if ca is not None and not os.path.isfile(ca):
             raise ConfigError(f"REDIS_TLS_CA_FILE points to a missing file: {ca}")
+        tls = e.flag("REDIS_TLS", url.startswith("rediss://"))
+        if mode is not RedisMode.SENTINEL and tls != url.startswith("rediss://"):
+            raise ConfigError(f"REDIS_TLS={str(tls).lower()} contradicts REDIS_URL: TLS is chosen by its scheme "
+                              "(rediss:// for TLS) outside sentinel mode")
         return RedisConfig(
             url=url,
             username=e.raw("REDIS_USERNAME"),
@@ -134,11 +171,73 @@ class RedisConfig:
             tls_insecure=e.flag("REDIS_TLS_INSECURE", False),
             socket_timeout_s=e.number("REDIS_SOCKET_TIMEOUT_SECONDS", 10.0, minimum=2.0),
             connect_timeout_s=e.number("REDIS_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.1),
+            mode=mode,
+            **_sentinel_settings(e, mode),  # type: ignore[arg-type]
+            cluster_nodes=_cluster_nodes(e, mode),
+            tls=tls,
+            wait_replicas=e.integer("REDIS_WAIT_REPLICAS", 0, minimum=0, maximum=100),
+            wait_timeout_ms=e.integer("REDIS_WAIT_TIMEOUT_MS", 500, minimum=1, maximum=60_000),
         )
 
     def display_url(self) -> str:
-        """The URL with any password replaced, safe for logs and errors."""
+        """Where Redis is, without any password: safe for logs and errors."""
+        if self.mode is RedisMode.SENTINEL:
+            hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.sentinels)
+            return f"{'rediss' if self.use_tls else 'redis'}+sentinel://{hosts}/{self.sentinel_master}"
+        if self.mode is RedisMode.CLUSTER:
+            return f"{redact_url(self.url)} (cluster)"
         return redact_url(self.url)
+
+
+def _redis_url(e: _Env, mode: RedisMode) -> str:
+    if mode is RedisMode.SENTINEL:
+        if e.raw("REDIS_URL") is not None:
+            raise ConfigError("REDIS_URL is not used with REDIS_MODE=sentinel: the sentinels name the master "
+                              "(set REDIS_SENTINELS and REDIS_SENTINEL_MASTER, and REDIS_TLS for TLS)")
+        return "redis://"
+    url = e.text("REDIS_URL", "redis://localhost:6379/0")
+    parts = urlsplit(url)
+    if parts.scheme not in {"redis", "rediss", "unix"}:
+        raise ConfigError(f"REDIS_URL must start with redis://, rediss:// or unix://, got scheme {parts.scheme!r}")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigError("REDIS_URL has no host (expected redis://host:6379/0)")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ConfigError("REDIS_URL has an invalid port") from None
+    if mode is RedisMode.CLUSTER:
+        if parts.scheme == "unix":
+            raise ConfigError("REDIS_URL must be redis:// or rediss:// with REDIS_MODE=cluster (no unix sockets)")
+        if parts.path.strip("/") not in {"", "0"}:
+            raise ConfigError(f"REDIS_URL names database {parts.path.strip('/')!r}: a Redis Cluster has only "
+                              "database 0")
+    return url
+
+
+def _cluster_nodes(e: _Env, mode: RedisMode) -> tuple[tuple[str, int], ...]:
+    text = e.raw("REDIS_CLUSTER_NODES")
+    if text is None:
+        return ()
+    if mode is not RedisMode.CLUSTER:
+        raise ConfigError(f"REDIS_CLUSTER_NODES is set but REDIS_MODE is {mode.value}: "
+                          "set REDIS_MODE=cluster to use it")
+    return host_ports("REDIS_CLUSTER_NODES", text, 6379)
+
+
+def _sentinel_settings(e: _Env, mode: RedisMode) -> dict[str, object]:
+    names = ("REDIS_SENTINELS", "REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_USERNAME", "REDIS_SENTINEL_PASSWORD")
+    if mode is not RedisMode.SENTINEL:
+        stray = [n for n in names if e.raw(n) is not None]
+        if stray:
+            raise ConfigError(f"{stray[0]} is set but REDIS_MODE is {mode.value}: set REDIS_MODE=sentinel to use it")
+        return {}
+    sentinels = host_ports("REDIS_SENTINELS", e.required("REDIS_SENTINELS", "the sentinels as host:port,host:port "
+                                                       "with REDIS_MODE=sentinel"), DEFAULT_SENTINEL_PORT)
+    master = e.text("REDIS_SENTINEL_MASTER", "mymaster")
+    if not re.match(r"^[A-Za-z0-9_.\-]{1,128}$", master):
+        raise ConfigError(f"REDIS_SENTINEL_MASTER must be the master's name in the sentinels, got {master[:60]!r}")
+    return {"sentinels": sentinels, "sentinel_master": master, "sentinel_username": e.raw("REDIS_SENTINEL_USERNAME"),
+            "sentinel_password": Secret(e.raw("REDIS_SENTINEL_PASSWORD") or "")}
 
 
 def redact_url(url: str) -> str:

@@ -98,8 +98,12 @@ class LocalRedis:
         self._wait_loaded(time.monotonic() + timeout)
         return self
 
+    def _ping_client(self) -> sync_redis.Redis:
+        """The client `start` waits with (a subclass may add TLS or a password)."""
+        return sync_redis.Redis(host="127.0.0.1", port=self.port)
+
     def _wait_loaded(self, deadline: float) -> None:
-        client = sync_redis.Redis(port=self.port)
+        client = self._ping_client()
         try:
             while True:
                 try:

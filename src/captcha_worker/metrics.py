@@ -46,7 +46,7 @@ DEAD_LETTER_CODES = tuple(c.value for c in (
     codes.Code.MAX_WORKER_DEATHS_EXCEEDED, codes.Code.WORKER_ERROR))
 #: why Redis could not serve (connection.Refusal values; kept here so metrics imports nothing of connection)
 REDIS_REFUSALS = ("connection", "timeout", "loading", "oom", "readonly", "masterdown", "noreplicas", "busy",
-                  "tryagain", "clusterdown", "auth")
+                  "tryagain", "clusterdown", "auth", "nomaster", "moved", "unreplicated", "noscript")
 
 
 def code_label(code: str) -> str:

@@ -3,6 +3,16 @@
 Keys (queue ``q``, default ``captcha``).  All share the hash tag ``{q}`` so scripts and BLMOVE work on Redis
 Cluster; several queues are several tags.
 
+What a Redis Cluster requires of queues: every call here names keys of one queue only, so each lands on the master
+of that queue's slot (the CRC16 of the queue name, the text between the braces). One queue is one slot and so one
+master: it scales by adding queues (``QUEUE_NAME``), not by adding shards, and queues whose names hash to
+different slots spread over the masters. A key outside the tag (``COMPAT_QUEUE_LIST`` not named ``{q}:...``, the
+seed guide's results hash) is a slot of its own: scripts never mix it with the queue's keys but CLAIM's compat
+step, which Cluster refuses (CROSSSLOT, see the table). Durable writes (``REDIS_WAIT_REPLICAS``) send their WAIT
+to the queue slot's master on the same connection as the write (``connection.on_queue_slot``). Redis does not
+replicate its script cache: a promoted replica answers NOSCRIPT, and the script is loaded on the node of the call's
+first key and the call sent again (``connection.SlotScript``).
+
 =========================  ======  ==========================================================================
 key                        type    meaning
 =========================  ======  ==========================================================================
@@ -102,14 +112,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from redis import exceptions as rexc
-from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterPipeline
 from redis.client import NEVER_DECODE
-from redis.commands.core import AsyncScript
 
 from captcha_worker import budget
 from captcha_worker.budget import UNLIMITED, Budget, BudgetState
 from captcha_worker.codes import Code
 from captcha_worker.config import DEFAULT_DEAD_LETTER_MAX, DEFAULT_MAX_TASK_BYTES
+from captcha_worker.connection import Client, NotReplicated, SlotScript, load_script, note_redirect, on_queue_slot
 from captcha_worker.task import MAX_ID_LENGTH, Result, valid_task_id
 
 T = TypeVar("T")
@@ -786,17 +796,23 @@ def _str_or_none(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-Call = tuple[AsyncScript, list[str], list[Any]]
+Call = tuple[SlotScript, list[str], list[Any]]
 
 
 class RedisQueue:
     """One queue's Redis operations. Stateless apart from the registered scripts; safe to share."""
 
-    def __init__(self, redis: Redis, name: str) -> None:
+    def __init__(self, redis: Client, name: str, *, wait_replicas: int = 0, wait_timeout_ms: int = 500) -> None:
+        """`wait_replicas` > 0: pushes, acks and burials wait for that many replicas (REDIS_WAIT_REPLICAS), or
+        raise NotReplicated after `wait_timeout_ms`."""
         self.redis = redis
         self.keys = Keys(name)
+        self.wait_replicas, self.wait_timeout_ms = wait_replicas, wait_timeout_ms
         self.budget = Budget(redis, units=self.keys.budget, limits=self.keys.limits)
-        reg = redis.register_script
+
+        def reg(script: str) -> SlotScript:
+            return SlotScript(redis, script)
+
         self._push, self._claim, self._lease = reg(_PUSH), reg(_CLAIM), reg(_LEASE)
         self._renew, self._adopt, self._ack, self._record = reg(_RENEW), reg(_ADOPT), reg(_ACK), reg(_RECORD)
         self._bury, self._release, self._reap = reg(_BURY), reg(_RELEASE), reg(_REAP)
@@ -817,7 +833,7 @@ class RedisQueue:
                 keys += [self.keys.task(tid), self.keys.result(tid)]
                 args += [tid, body]
             calls.append((self._push, keys, args))
-        return sum(int(n) for n in await self._run_many(calls)) if calls else 0
+        return sum(int(n) for n in await self._run_many(calls, durable=True)) if calls else 0
 
     async def lookup(self, ids: Sequence[str]) -> list[Text | Lookup]:
         """Per id: its stored result JSON, or what is known of it (one script call for all)."""
@@ -946,27 +962,47 @@ class RedisQueue:
                                       self._reply_key(a.reply_to, tid), k.budget],
                           [a.item, a.result.to_json() if a.result else "", result_ttl, reply_ttl, a.worker,
                            a.unit or "", a.hold_s, captcha]))
-        out = await self._run_many(calls) if calls else []
+        out = await self._run_many(calls, durable=bool(acks)) if calls else []
         return ([bool(w) for w in out[len(records):]], [RecordOutcome(int(r)) for r in out[:len(records)]])
 
-    async def _run_many(self, calls: Sequence[Call]) -> list[Any]:
+    async def _run_many(self, calls: Sequence[Call], *, durable: bool = False) -> list[Any]:
         """Script calls in one pipelined round trip. EVALSHA directly: redis-py would otherwise send a SCRIPT
-        EXISTS round trip before every pipeline. On NOSCRIPT (Redis restarted or flushed its scripts) the scripts
-        are loaded and the batch sent again: then no call of the batch has run, as the first one failed."""
+        EXISTS round trip before every pipeline. On NOSCRIPT (Redis restarted or flushed its scripts, or a
+        promoted replica that never had them) the scripts are loaded where the calls go and the batch sent again:
+        then no call of the batch has run, as the first one failed. `durable` (with wait_replicas): WAIT after the
+        calls, on their connection; NotReplicated when short."""
+        wait = self.wait_replicas if durable else 0
+        pin = await on_queue_slot(self.redis, self.keys.pending) if wait else {}
         for attempt in (1, 2):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for script, keys, args in calls:
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **pin)
+                if wait:
+                    pipe.execute_command("WAIT", wait, self.wait_timeout_ms, **pin)
                 try:
-                    return list(await pipe.execute())
+                    # a pinned pipeline is never re-sent piecemeal to other nodes: its WAIT would count nothing
+                    if isinstance(pipe, ClusterPipeline) and pin:
+                        replies = list(await pipe.execute(allow_redirections=False))
+                    else:
+                        replies = list(await pipe.execute())
                 except rexc.NoScriptError:
                     if attempt == 2:
                         raise
-            for script in {id(c[0]): c[0] for c in calls}.values():
-                await as_awaitable(self.redis.script_load(script.script))
+                    replies = None
+                except rexc.MovedError as exc:
+                    note_redirect(self.redis, exc)
+                    raise
+            if replies is None:  # loaded where the calls go, before the same calls again
+                for script in {id(c[0]): c[0] for c in calls}.values():
+                    await load_script(self.redis, script.script, self.keys.pending)
+                continue
+            confirmed = int(replies.pop()) if wait else 0
+            if confirmed < wait:
+                raise NotReplicated(confirmed, wait, self.wait_timeout_ms)
+            return replies
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _eval_raw(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def _eval_raw(self, script: SlotScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """One script call whose reply is left as bytes (it carries queue items, which may be any bytes)."""
         for attempt in (1, 2):
             try:
@@ -974,12 +1010,12 @@ class RedisQueue:
             except rexc.NoScriptError:
                 if attempt == 2:
                     raise
-            await as_awaitable(self.redis.script_load(script.script))
+            await load_script(self.redis, script.script, self.keys.pending)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _raw(self, *args: Any) -> Any:
         """A command whose reply is left as bytes: it carries queue items, which may be any bytes."""
-        return await self.redis.execute_command(*args, **{NEVER_DECODE: True})  # type: ignore[no-untyped-call]
+        return await self.redis.execute_command(*args, **{NEVER_DECODE: True})
 
     async def bury(self, item: Text, entry: str, *, result: Result | None, reply_to: str | None,
                    dead_max: int, result_ttl: int, reply_ttl: int, raw: bool = False, unit: str | None = None,
@@ -989,11 +1025,12 @@ class RedisQueue:
         Returns (buried, answered)."""
         k = self.keys
         tid = result.id if result else "-"
-        done = await self._bury(
-            keys=[k.processing, k.leases, k.dead, k.task(tid), k.result(tid), self._reply_key(reply_to, tid),
-                  k.budget],
-            args=[item, entry, dead_max, result.to_json() if result else "", result_ttl, reply_ttl,
-                  "1" if raw else "0", worker, unit or "", hold_s])
+        (done,) = await self._run_many([(
+            self._bury,
+            [k.processing, k.leases, k.dead, k.task(tid), k.result(tid), self._reply_key(reply_to, tid), k.budget],
+            [item, entry, dead_max, result.to_json() if result else "", result_ttl, reply_ttl, "1" if raw else "0",
+             worker, unit or "", hold_s],
+        )], durable=True)
         buried, answered = done
         return bool(buried), bool(answered)
 

@@ -41,7 +41,6 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, ParamSpec, TypeVar
 
 from redis import exceptions as rexc
-from redis.asyncio import Redis
 
 from captcha_worker import log as logs
 from captcha_worker import metrics
@@ -49,7 +48,7 @@ from captcha_worker.budget import BudgetState
 from captcha_worker.captchaai import CaptchaAI, FatalApiError, RetryPolicy, TaskFailed, TransientError
 from captcha_worker.codes import Code
 from captcha_worker.config import WorkerConfig
-from captcha_worker.connection import Refusal, connect, describe_refusal, is_cross_slot, refusal
+from captcha_worker.connection import Client, Refusal, connect, describe_refusal, is_cross_slot, refusal
 from captcha_worker.job import Api, Job, JobRunner
 from captcha_worker.log import event
 from captcha_worker.queue import Claimed, ClaimFlag, ClaimReply, QueueStats, RedisQueue, Report, item_ref
@@ -75,10 +74,11 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    def __init__(self, cfg: WorkerConfig, redis: Redis, api: Api, *, worker_id: str | None = None) -> None:
+    def __init__(self, cfg: WorkerConfig, redis: Client, api: Api, *, worker_id: str | None = None) -> None:
         self.cfg = cfg
         self.api = api
-        self.queue = RedisQueue(redis, cfg.queue)
+        self.queue = RedisQueue(redis, cfg.queue, wait_replicas=cfg.redis.wait_replicas,
+                           wait_timeout_ms=cfg.redis.wait_timeout_ms)
         self.id = worker_id or default_worker_id()
         self.phase = Phase.RUNNING
         self.fatal_code: str | None = None

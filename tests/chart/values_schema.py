@@ -28,6 +28,7 @@ OBJECT_LIST = {"type": "array", "items": {"type": "object"}}
 DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"}
 PROM_DURATION = {"type": "string", "pattern": r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$"}  # a Prometheus rule's `for`
 SEVERITY = {"type": "string", "minLength": 1}
+HOST_PORT = {"type": "string", "pattern": r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(:[0-9]{1,5})?$"}  # REDIS_SENTINELS
 INT_OR_PERCENT = {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^[0-9]+%$"}]}
 
 # Exact schemas for paths whose default does not say enough.
@@ -136,8 +137,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "redis.nodeSelector": STRING_MAP,
     "redis.tolerations": OBJECT_LIST,
     "redis.affinity": FREE_OBJECT,
+    "externalRedis.mode": {"type": "string", "enum": ["standalone", "sentinel", "cluster"]},
     "externalRedis.port": PORT,
     "externalRedis.db": {"type": "integer", "minimum": 0},
+    "externalRedis.sentinel.hosts": {"type": "array", "items": HOST_PORT},
+    "externalRedis.sentinel.masterName": {"type": "string", "pattern": r"^[A-Za-z0-9_.\-]{1,128}$"},
+    "externalRedis.cluster.nodes": {"type": "array", "items": HOST_PORT},
+    "externalRedis.waitReplicas": {"type": "integer", "minimum": 0, "maximum": 100},
+    "externalRedis.waitTimeoutMs": {"type": "integer", "minimum": 1, "maximum": 60000},
     "externalRedis.existingSecretPasswordKey": {"type": "string", "minLength": 1},
     "externalRedis.tls.caSecretKey": {"type": "string", "minLength": 1},
     "simulator.extraArgs": {"type": "array", "items": {"type": "string"}},

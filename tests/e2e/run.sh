@@ -12,6 +12,10 @@
 #   2. worker at 0 replicas with empty lists; RPUSH {q}:pending -> >=1 (KEDA); empty lists -> 0 after cooldown
 #   3. `helm upgrade --set captchaai.threads=...` -> ScaledObject maxReplicaCount, HPA maxReplicas and the pod template
 #      change (new ReplicaSet), KEDA's replicas survive the upgrade, `helm history` has the revision, rollback works
+#   5. externalRedis.mode=sentinel and =cluster against real topologies on the host (tests/e2e/topologies.py: 1
+#      master + 2 replicas + 3 sentinels with data and sentinel passwords; 3 masters + 3 replicas): the operator
+#      accepts the redis-sentinel / redis-cluster ScaledObjects (sentinel password through the TriggerAuthentication),
+#      scales 0 -> 1 -> 0 from the queue's lists, and again after the master is killed and a replica took over
 #
 # Releases 1-3 install the chart itself with its real KEDA dependency in charts/ (scripts/chart-dependency.sh;
 # keda.install stays false: the operator runs as a process). For 4 a copy carries a stand-in `keda` subchart that
@@ -20,7 +24,7 @@
 # cluster without a node (`make e2e-pods` installs the real KEDA chart on a node that runs it).
 #
 # Env: E2E_HELMS="helm3 helm4" (which helms), E2E_KEEP=1 (leave the last cluster running for debugging),
-#      E2E_SKIP_BOOTSTRAP=1 (skip scenario 4), E2E_TOOLS_DIR (where build-tools.sh keeps the binaries). Timings: printed at the end and in .tools/e2e/results/timings.tsv.
+#      E2E_SKIP_BOOTSTRAP=1 (skip scenario 4), E2E_SKIP_TOPOLOGIES=1 (skip scenario 5), E2E_TOOLS_DIR (where build-tools.sh keeps the binaries). Timings: printed at the end and in .tools/e2e/results/timings.tsv.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
@@ -391,6 +395,73 @@ print(v)"
 tmpl_annotations() { kubectl -n "$1" get deploy "$2" -o jsonpath='{.spec.template.metadata.annotations}'; }
 tmpl_annotations_are() { [ "$(tmpl_annotations "$1" "$2")" = "$3" ]; }
 
+# ---------------------------------------------------------------- 5. Sentinel and Cluster
+topologies_start() {  # the sentinel and cluster topologies, stopped with the cluster (pid dir); sets TOPO
+  local st; st=$(cluster_state)
+  mkdir -p "$st/topologies" "$st/pids" "$st/logs"
+  setsid "$ROOT/.venv/bin/python" "$HERE/topologies.py" serve "$st/topologies" "$st/topologies.json" \
+    </dev/null >"$st/logs/topologies.log" 2>&1 9>&- &
+  echo $! > "$st/pids/topologies.pid"
+  TOPO=$st/topologies.json
+  wait_until 120 "the sentinel and cluster topologies" test -s "$TOPO" \
+    || { cat "$st/logs/topologies.log"; fail "5: the topologies did not start"; }
+  say "5: sentinel + cluster topologies up in ${WAITED}s: $(cat "$TOPO")"
+}
+topo() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, d))' "$TOPO" "$1"; }
+topo_master() { "$ROOT/.venv/bin/python" "$HERE/topologies.py" master "$TOPO" "$1" "$2"; }  # -> "port pid"
+topo_cli() {  # topo_cli sentinel|cluster QUEUE redis-cli args... (on the master of the queue's slot)
+  local kind=$1 q=$2 port; shift 2
+  port=$(topo_master "$kind" "{$q}:pending" | cut -d' ' -f1)
+  if [ "$kind" = sentinel ]; then redis-cli -p "$port" -a "$(topo 'password')" --no-auth-warning "$@"
+  else redis-cli -p "$port" "$@"; fi
+}
+master_is_not() { [ "$(topo_master "$1" "$2" | cut -d' ' -f1)" != "$3" ]; }
+mode_sets() {  # mode_sets sentinel|cluster QUEUE -> --set args
+  local csv
+  if [ "$1" = sentinel ]; then
+    csv=$(topo '",".join(f"127.0.0.1:{p}" for p in sentinel["sentinels"])')
+    echo "--set externalRedis.mode=sentinel --set externalRedis.host= --set externalRedis.sentinel.hosts={$csv}" \
+      "--set externalRedis.password=$(topo password) --set externalRedis.sentinel.password=$(topo sentinel_password)" \
+      "--set externalRedis.waitReplicas=1 --set queue.name=$2"
+  else
+    csv=$(topo '",".join(f"127.0.0.1:{p}" for p in cluster["nodes"][1:])')
+    echo "--set externalRedis.mode=cluster --set externalRedis.port=$(topo 'cluster["nodes"][0]')" \
+      "--set externalRedis.cluster.nodes={$csv} --set queue.name=$2"
+  fi
+}
+scale_once() {  # scale_once KIND NS SO QUEUE WHAT: push -> >= 1, empty -> 0
+  local kind=$1 ns=$2 so=$3 q=$4 what=$5
+  topo_cli "$kind" "$q" RPUSH "{$q}:pending" t1 t2 t3 >/dev/null
+  wait_until 90 "KEDA scales 0->1 ($what)" replicas_ge "$ns" "$so" 1 || fail "5: KEDA did not scale $so up ($what)"
+  record "scale-0-to-1($kind, $what)" "$WAITED"
+  topo_cli "$kind" "$q" DEL "{$q}:pending" >/dev/null
+  wait_until 90 "KEDA scales 1->0 ($what)" replicas_eq "$ns" "$so" 0 || fail "5: KEDA did not scale $so to 0 ($what)"
+  record "scale-1-to-0($kind, $what)" "$WAITED"
+}
+scenario5() {  # scenario5 HELM sentinel|cluster
+  local helm=$1 kind=$2 rel="e2e-$2" ns="e2e-$2" q="q$2" so old new pid types
+  say "== 5. $helm install $rel: externalRedis.mode=$kind on a real topology"
+  FAILED_NS+=("$ns")
+  # shellcheck disable=SC2046
+  helm_install "$helm" "$rel" "$ns" "$CHART_REAL" $(mode_sets "$kind" "$q") \
+    || { cat "$WORK/$rel.out"; fail "5: $helm install ($kind) failed"; }
+  so=$(worker_name "$rel")
+  types=$(so_field "$ns" "$so" '{.spec.triggers[*].type}')
+  [ "$types" = "redis-$kind redis-$kind" ] || fail "5: trigger types are '$types', want redis-$kind"
+  wait_keda_ready "$ns" "$so"
+  wait_until 60 "worker at 0 with empty lists" replicas_eq "$ns" "$so" 0 || fail "5: $so not at 0 replicas"
+  scale_once "$kind" "$ns" "$so" "$q" "before failover"
+  read -r old pid < <(topo_master "$kind" "{$q}:pending")
+  kill -KILL "$pid"
+  wait_until 60 "a replica takes over from :$old" master_is_not "$kind" "{$q}:pending" "$old" \
+    || fail "5: no failover after killing the $kind master :$old"
+  new=$(topo_master "$kind" "{$q}:pending" | cut -d' ' -f1)
+  record "failover($kind)" "$WAITED" "(master :$old killed, :$new took over)"
+  scale_once "$kind" "$ns" "$so" "$q" "after failover"
+  so_ready "$ns" "$so" || fail "5: ScaledObject not Ready after the failover"
+  say "5: $kind: redis-$kind ScaledObject Ready, 0 -> 1 -> 0 before and after the failover (:$old -> :$new)"
+}
+
 # ---------------------------------------------------------------- main
 step0
 if [ "${E2E_SKIP_BOOTSTRAP:-0}" != 1 ]; then
@@ -408,6 +479,11 @@ for h in "${HELMS[@]}"; do
   scenario3 "$h" "e2e-$h" "e2e-$h" "q$h"
 done
 FAILED_NS=()
+if [ "${E2E_SKIP_TOPOLOGIES:-0}" != 1 ]; then
+  topologies_start
+  for kind in sentinel cluster; do scenario5 "${HELMS[0]}" "$kind"; done
+  FAILED_NS=()
+fi
 save_logs
 
 say "== warnings the API server sent to helm, and KEDA operator errors (all clusters)"

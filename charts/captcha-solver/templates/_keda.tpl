@@ -66,3 +66,22 @@ pending), so KEDA scales to zero exactly as a single pending trigger with that a
 {{- end -}}
 {{- printf "%s ? %s : 0" (join " || " $conds) (join " + " $names) -}}
 {{- end -}}
+
+{{/* The KEDA scaler for the Redis deployment: redis, redis-sentinel or redis-cluster. */}}
+{{- define "captcha-solver.keda.triggerType" -}}
+{{- $mode := include "captcha-solver.redis.mode" . -}}
+{{- if eq $mode "standalone" -}}redis{{- else -}}redis-{{ $mode }}{{- end -}}
+{{- end -}}
+
+{{/* Where the scaler finds the list, as trigger metadata: the server (standalone), the sentinels and the master's
+     name, or the cluster's seed nodes (a cluster has no databaseIndex). */}}
+{{- define "captcha-solver.keda.where" -}}
+{{- $mode := include "captcha-solver.redis.mode" . -}}
+{{- ternary "address" "addresses" (eq $mode "standalone") }}: {{ include "captcha-solver.redis.addresses" . | quote }}
+{{- if eq $mode "sentinel" }}
+sentinelMaster: {{ .Values.externalRedis.sentinel.masterName | quote }}
+{{- end }}
+{{- if ne $mode "cluster" }}
+databaseIndex: {{ include "captcha-solver.redis.db" . | quote }}
+{{- end }}
+{{- end -}}

@@ -21,10 +21,74 @@
 {{- if and (not .Values.redis.enabled) .Values.externalRedis.tls.enabled -}}true{{- end -}}
 {{- end -}}
 
+{{/* REDIS_MODE: standalone (always for the embedded Redis), sentinel or cluster. */}}
+{{- define "captcha-solver.redis.mode" -}}
+{{- if .Values.redis.enabled -}}standalone{{- else -}}{{ .Values.externalRedis.mode }}{{- end -}}
+{{- end -}}
+
+{{/* The sentinels as host:port,host:port (the default port 26379 added where none is given). */}}
+{{- define "captcha-solver.redis.sentinels" -}}
+{{- $out := list -}}
+{{- range .Values.externalRedis.sentinel.hosts -}}
+{{- $out = append $out (ternary . (printf "%s:26379" .) (regexMatch ":[0-9]+$" .)) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}
+
+{{/* Every address KEDA's scaler starts from: the server (standalone), the sentinels, or the seed nodes. */}}
+{{- define "captcha-solver.redis.addresses" -}}
+{{- $mode := include "captcha-solver.redis.mode" . -}}
+{{- if eq $mode "sentinel" -}}
+{{- include "captcha-solver.redis.sentinels" . -}}
+{{- else -}}
+{{- $seed := printf "%s:%s" (include "captcha-solver.redis.host" .) (include "captcha-solver.redis.port" .) -}}
+{{- if eq $mode "cluster" -}}{{- join "," (prepend .Values.externalRedis.cluster.nodes $seed | uniq) -}}{{- else -}}{{ $seed }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The external Redis' TCP ports, as a JSON list: `port` (the server, the seed node, or the data nodes the sentinels
+     announce) and the ports of the sentinels and of further cluster nodes. */}}
+{{- define "captcha-solver.redis.egressPorts" -}}
+{{- $ports := list (int .Values.externalRedis.port) -}}
+{{- $mode := .Values.externalRedis.mode -}}
+{{- $more := ternary (splitList "," (include "captcha-solver.redis.sentinels" .)) .Values.externalRedis.cluster.nodes (eq $mode "sentinel") -}}
+{{- range $more -}}
+{{- with regexFind ":[0-9]+$" . -}}{{- $ports = append $ports (trimPrefix ":" . | int) -}}{{- end -}}
+{{- end -}}
+{{- toJson ($ports | uniq) -}}
+{{- end -}}
+
+{{/* Keys of the sentinel credentials in the Redis Secret ("" when the sentinels take none). */}}
+{{- define "captcha-solver.redis.sentinelPasswordKey" -}}
+{{- $s := .Values.externalRedis.sentinel -}}
+{{- if and (not .Values.redis.enabled) (eq .Values.externalRedis.mode "sentinel") -}}
+{{- if .Values.externalRedis.existingSecret -}}{{ $s.existingSecretPasswordKey }}{{- else if $s.password -}}redis-sentinel-password{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "captcha-solver.redis.sentinelUsernameKey" -}}
+{{- $s := .Values.externalRedis.sentinel -}}
+{{- if and (not .Values.redis.enabled) (eq .Values.externalRedis.mode "sentinel") -}}
+{{- if .Values.externalRedis.existingSecret -}}{{ $s.existingSecretUsernameKey }}{{- else if $s.username -}}redis-sentinel-username{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* REDIS_URL without credentials (they come from REDIS_USERNAME / REDIS_PASSWORD). */}}
 {{- define "captcha-solver.redis.url" -}}
 {{- $scheme := ternary "rediss" "redis" (eq (include "captcha-solver.redis.tls" .) "true") -}}
 {{- printf "%s://%s:%s/%s" $scheme (include "captcha-solver.redis.host" .) (include "captcha-solver.redis.port" .) (include "captcha-solver.redis.db" .) -}}
+{{- end -}}
+
+{{/* Where Redis is, for people: the URL, or the sentinels and the master's name, or the cluster's seed. */}}
+{{- define "captcha-solver.redis.display" -}}
+{{- $mode := include "captcha-solver.redis.mode" . -}}
+{{- if eq $mode "sentinel" -}}
+{{- printf "master %q of the sentinels %s (REDIS_MODE=sentinel)" .Values.externalRedis.sentinel.masterName (include "captcha-solver.redis.sentinels" .) -}}
+{{- else if eq $mode "cluster" -}}
+{{- printf "cluster %s (REDIS_MODE=cluster)" (include "captcha-solver.redis.url" .) -}}
+{{- else -}}
+{{- include "captcha-solver.redis.url" . -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Name of the Secret holding the Redis password ("" when Redis has no auth). */}}
@@ -33,7 +97,7 @@
 {{- default (include "captcha-solver.redis.fullname" .) .Values.redis.auth.existingSecret -}}
 {{- else if .Values.externalRedis.existingSecret -}}
 {{- .Values.externalRedis.existingSecret -}}
-{{- else if or .Values.externalRedis.password .Values.externalRedis.username -}}
+{{- else if or .Values.externalRedis.password .Values.externalRedis.username .Values.externalRedis.sentinel.password .Values.externalRedis.sentinel.username -}}
 {{- include "captcha-solver.redis.fullname" . -}}
 {{- end -}}
 {{- end -}}
@@ -68,7 +132,7 @@ redis-username
 {{- define "captcha-solver.redis.createSecret" -}}
 {{- if .Values.redis.enabled -}}
 {{- if not .Values.redis.auth.existingSecret -}}true{{- end -}}
-{{- else if and (not .Values.externalRedis.existingSecret) (or .Values.externalRedis.password .Values.externalRedis.username) -}}true
+{{- else if and (not .Values.externalRedis.existingSecret) (or .Values.externalRedis.password .Values.externalRedis.username .Values.externalRedis.sentinel.password .Values.externalRedis.sentinel.username) -}}true
 {{- end -}}
 {{- end -}}
 

@@ -83,9 +83,10 @@
 {{- if and .Values.redis.enabled .Values.externalRedis.host -}}
 {{- $msgs = append $msgs "Both redis.enabled=true and externalRedis.host are set: choose one (set redis.enabled=false to use the external Redis)." -}}
 {{- end -}}
-{{- if and (not .Values.redis.enabled) (not .Values.externalRedis.host) -}}
-{{- $msgs = append $msgs "No Redis configured: set redis.enabled=true (embedded) or externalRedis.host." -}}
+{{- if and (not .Values.redis.enabled) (not .Values.externalRedis.host) (ne .Values.externalRedis.mode "sentinel") -}}
+{{- $msgs = append $msgs "No Redis configured: set redis.enabled=true (embedded) or externalRedis.host (or externalRedis.mode=sentinel with externalRedis.sentinel.hosts)." -}}
 {{- end -}}
+{{- $msgs = concat $msgs (include "captcha-solver.validate.redisMode" . | fromJsonArray) -}}
 {{- if and .Values.redis.auth.password .Values.redis.auth.existingSecret -}}
 {{- $msgs = append $msgs "Set redis.auth.password or redis.auth.existingSecret, not both." -}}
 {{- end -}}
@@ -103,6 +104,42 @@
 {{- end -}}
 {{- if .Values.redis.enabled -}}
 {{- $msgs = concat $msgs (include "captcha-solver.validate.embeddedRedis" . | fromJsonArray) -}}
+{{- end -}}
+{{- toJson $msgs -}}
+{{- end -}}
+
+{{/* externalRedis.mode and the values that belong to one mode only. */}}
+{{- define "captcha-solver.validate.redisMode" -}}
+{{- $msgs := list -}}
+{{- $e := .Values.externalRedis -}}
+{{- $sentinelSet := or $e.sentinel.hosts $e.sentinel.password $e.sentinel.username $e.sentinel.existingSecretPasswordKey $e.sentinel.existingSecretUsernameKey -}}
+{{- if and .Values.redis.enabled (or (ne $e.mode "standalone") $e.waitReplicas) -}}
+{{- $msgs = append $msgs "externalRedis.mode and externalRedis.waitReplicas apply to an external Redis: the embedded one is a single server (set redis.enabled=false to use yours)." -}}
+{{- end -}}
+{{- if and (ne $e.mode "sentinel") $sentinelSet -}}
+{{- $msgs = append $msgs (printf "externalRedis.sentinel.* is set but externalRedis.mode is %s: set externalRedis.mode=sentinel to use the sentinels." $e.mode) -}}
+{{- end -}}
+{{- if and (ne $e.mode "cluster") $e.cluster.nodes -}}
+{{- $msgs = append $msgs (printf "externalRedis.cluster.nodes is set but externalRedis.mode is %s: set externalRedis.mode=cluster." $e.mode) -}}
+{{- end -}}
+{{- if and (not .Values.redis.enabled) (eq $e.mode "sentinel") -}}
+{{- if $e.host -}}
+{{- $msgs = append $msgs "externalRedis.host is not used with externalRedis.mode=sentinel: the sentinels name the master. List them in externalRedis.sentinel.hosts and leave externalRedis.host empty." -}}
+{{- else if not $e.sentinel.hosts -}}
+{{- $msgs = append $msgs "externalRedis.mode=sentinel needs externalRedis.sentinel.hosts (the sentinels as host:port)." -}}
+{{- end -}}
+{{- if and $e.existingSecret (or $e.sentinel.password $e.sentinel.username) -}}
+{{- $msgs = append $msgs "externalRedis.sentinel.password/username are ignored with externalRedis.existingSecret: put them in that Secret and set externalRedis.sentinel.existingSecretPasswordKey/existingSecretUsernameKey." -}}
+{{- end -}}
+{{- if and (not $e.existingSecret) (or $e.sentinel.existingSecretPasswordKey $e.sentinel.existingSecretUsernameKey) -}}
+{{- $msgs = append $msgs "externalRedis.sentinel.existingSecretPasswordKey/existingSecretUsernameKey name keys of externalRedis.existingSecret, which is not set." -}}
+{{- end -}}
+{{- if and $e.sentinel.username (not $e.sentinel.password) -}}
+{{- $msgs = append $msgs "externalRedis.sentinel.username is set without externalRedis.sentinel.password." -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not .Values.redis.enabled) (eq $e.mode "cluster") (ne (int $e.db) 0) -}}
+{{- $msgs = append $msgs (printf "externalRedis.db is %d but a Redis Cluster has only database 0 (externalRedis.mode=cluster): use queue.name to separate deployments." (int $e.db)) -}}
 {{- end -}}
 {{- toJson $msgs -}}
 {{- end -}}

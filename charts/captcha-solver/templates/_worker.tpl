@@ -57,7 +57,6 @@
   "CAPTCHAAI_MONTHLY_PRICE" (toString .Values.captchaai.monthlyPrice)
   "WORKER_CONCURRENCY" (toString (int .Values.worker.concurrency))
   "QUEUE_NAME" .Values.queue.name
-  "REDIS_URL" (include "captcha-solver.redis.url" .)
   "METRICS_HOST" "0.0.0.0"
   "METRICS_PORT" (toString (int .Values.metrics.port))
   "LEASE_SECONDS" (toString (int .Values.queue.leaseSeconds))
@@ -77,6 +76,7 @@
 {{- $url := include "captcha-solver.captchaaiUrl" . -}}
 {{- if $url }}{{- $_ := set $cfg "CAPTCHAAI_URL" $url -}}{{- end -}}
 {{- with .Values.compat.queueList }}{{- $_ := set $cfg "COMPAT_QUEUE_LIST" . -}}{{- end -}}
+{{- $_ := merge $cfg (include "captcha-solver.worker.redisConfig" . | fromYaml) -}}
 {{- if eq (include "captcha-solver.redis.tls" .) "true" -}}
 {{- $_ := set $cfg "REDIS_TLS_INSECURE" (toString .Values.externalRedis.tls.insecureSkipVerify) -}}
 {{- if .Values.externalRedis.tls.caSecret -}}
@@ -85,6 +85,27 @@
 {{- end -}}
 {{- range (include "captcha-solver.worker.extraEnvNames" . | fromJsonArray) -}}
 {{- $_ := unset $cfg . -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* Where Redis is (REDIS_MODE and its addresses; sentinel mode has no REDIS_URL) and the durability setting. */}}
+{{- define "captcha-solver.worker.redisConfig" -}}
+{{- $mode := include "captcha-solver.redis.mode" . -}}
+{{- $cfg := dict "REDIS_MODE" $mode -}}
+{{- if eq $mode "sentinel" -}}
+{{- $_ := set $cfg "REDIS_SENTINELS" (include "captcha-solver.redis.sentinels" .) -}}
+{{- $_ := set $cfg "REDIS_SENTINEL_MASTER" .Values.externalRedis.sentinel.masterName -}}
+{{- $_ := set $cfg "REDIS_TLS" (ternary "true" "false" (eq (include "captcha-solver.redis.tls" .) "true")) -}}
+{{- else -}}
+{{- $_ := set $cfg "REDIS_URL" (include "captcha-solver.redis.url" .) -}}
+{{- end -}}
+{{- if and (eq $mode "cluster") .Values.externalRedis.cluster.nodes -}}
+{{- $_ := set $cfg "REDIS_CLUSTER_NODES" (join "," .Values.externalRedis.cluster.nodes) -}}
+{{- end -}}
+{{- if and (not .Values.redis.enabled) .Values.externalRedis.waitReplicas -}}
+{{- $_ := set $cfg "REDIS_WAIT_REPLICAS" (toString (int .Values.externalRedis.waitReplicas)) -}}
+{{- $_ := set $cfg "REDIS_WAIT_TIMEOUT_MS" (toString (int .Values.externalRedis.waitTimeoutMs)) -}}
 {{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
@@ -101,6 +122,12 @@
 {{- end -}}
 {{- if include "captcha-solver.redis.hasPassword" . -}}
 {{- $env = append $env (dict "name" "REDIS_PASSWORD" "valueFrom" (dict "secretKeyRef" (dict "name" $secret "key" (include "captcha-solver.redis.passwordKey" .)))) -}}
+{{- end -}}
+{{- with include "captcha-solver.redis.sentinelUsernameKey" . -}}
+{{- $env = append $env (dict "name" "REDIS_SENTINEL_USERNAME" "valueFrom" (dict "secretKeyRef" (dict "name" $secret "key" .))) -}}
+{{- end -}}
+{{- with include "captcha-solver.redis.sentinelPasswordKey" . -}}
+{{- $env = append $env (dict "name" "REDIS_SENTINEL_PASSWORD" "valueFrom" (dict "secretKeyRef" (dict "name" $secret "key" .))) -}}
 {{- end -}}
 {{- end -}}
 {{- $extraNames := include "captcha-solver.worker.extraEnvNames" . | fromJsonArray -}}
@@ -156,5 +183,5 @@
 checksum/config: {{ include "captcha-solver.worker.config" . | sha256sum }}
 checksum/secret: {{ list .Values.captchaai.apiKey .Values.captchaai.existingSecret .Values.captchaai.existingSecretKey | toJson | sha256sum }}
 {{- /* The generated Redis password is random per render but stable in the cluster (lookup): hash only what the user controls. */}}
-checksum/redis-auth: {{ list .Values.redis.auth.password .Values.redis.auth.existingSecret .Values.externalRedis.password .Values.externalRedis.username .Values.externalRedis.existingSecret | toJson | sha256sum }}
+checksum/redis-auth: {{ list .Values.redis.auth.password .Values.redis.auth.existingSecret .Values.externalRedis.password .Values.externalRedis.username .Values.externalRedis.existingSecret .Values.externalRedis.sentinel.password .Values.externalRedis.sentinel.username | toJson | sha256sum }}
 {{- end -}}
