@@ -27,7 +27,6 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-
 from captcha_worker.connection import Client, SlotScript
 
 #: no limit of the caller's own (``stats`` from a CLI); a limit registered by a live worker still applies

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import os
 import random
@@ -148,7 +149,7 @@ class Worker:
         loops = [asyncio.create_task(self._supervise(name, fn)) for name, fn in (
             ("plan", self._plan_loop), ("heartbeat", self._heartbeat_loop), ("reaper", self._reaper_loop),
             ("reports", self._report_loop))]
-        claimer = asyncio.create_task(self._supervise("claimer", self._claim_loop))
+        claimer = asyncio.create_task(self._supervise("claimer", self._claim_loop, ends_with_stop=True))
         self._set_ready_gauge()
         try:
             await stop.wait()
@@ -203,11 +204,12 @@ class Worker:
             await asyncio.wait_for(self.queue.forget_worker(self.id, limit=self._registered), 2)
         metrics.BUDGET_HELD.set(0)
 
-    async def _supervise(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+    async def _supervise(self, name: str, loop: Callable[[], Awaitable[None]], *, ends_with_stop: bool = False) -> None:
         """Run a background loop forever; a bug in one iteration is logged and the loop restarted, after a pause
-        that doubles while it keeps crashing (1 s to 30 s), so a persistent fault cannot flood the log."""
+        that doubles while it keeps crashing (1 s to 30 s), so a persistent fault cannot flood the log.
+        `ends_with_stop`: not restarted once the worker stops (the claimer: a draining worker claims nothing)."""
         pause = 1.0
-        while not self._closing.is_set() and not (name == "claimer" and self._stop.is_set()):
+        while not self._closing.is_set() and not (ends_with_stop and self._stop.is_set()):
             started = time.monotonic()
             try:
                 await loop()
@@ -224,17 +226,23 @@ class Worker:
 
     async def _redis(self, what: str, op: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T | None:
         """Run a Redis operation, retrying outages (``connection.refusal``) with backoff until it succeeds.
-        Anything else (a bug, a wrong key type) is raised.
+        Anything else (a bug, a wrong key type) is raised. None only once the worker closes."""
+        return await self._retrying(what, functools.partial(op, *args, **kwargs), gives_up_on_stop=False)
 
-        Redis is *down* while any call is retrying an outage; it is back when every such call went through (a
-        refusal can be partial: with maxmemory reached, deletions still pass while writes fail).
-        Returns None only for claims while the worker is stopping and Redis is still unavailable.
-        """
+    async def _redis_claim(self, what: str, op: Callable[P, Awaitable[T]], *args: P.args,
+                           **kwargs: P.kwargs) -> T | None:
+        """A claim, retried as `_redis` does; it gives up (None) as soon as the worker stops: a draining worker
+        does not wait for Redis to claim what it would not run."""
+        return await self._retrying(what, functools.partial(op, *args, **kwargs), gives_up_on_stop=True)
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]], *, gives_up_on_stop: bool) -> T | None:
+        """Redis is *down* while any call is retrying an outage; it is back when every such call went through (a
+        refusal can be partial: with maxmemory reached, deletions still pass while writes fail)."""
         delay, token = 0.05, object()
         try:
             while True:
                 try:
-                    result = await op(*args, **kwargs)
+                    result = await call()
                 except Exception as exc:
                     why = refusal(exc)
                     if why is None:
@@ -242,7 +250,7 @@ class Worker:
                     metrics.REDIS_ERRORS.labels(why.value).inc()
                     self._failing.add(token)
                     self._redis_failed(why, what, exc)
-                    if self._closing.is_set() or (self._stop.is_set() and what in {"claim", "claim_blocking"}):
+                    if self._closing.is_set() or (gives_up_on_stop and self._stop.is_set()):
                         return None
                     await asyncio.sleep(delay * (1 + random.random()))
                     delay = min(delay * 2, 5.0)
@@ -314,8 +322,8 @@ class Worker:
     async def _claim_blocking(self) -> None:
         """Pending is empty: block on BLMOVE (it watches pending only; with a compat list, wake up often enough
         to look at that too)."""
-        reply = await self._redis("claim_blocking", self.queue.claim_blocking,
-                                  timeout_s=0.25 if self.compat_list else 1.0, **self._claim_limits())
+        reply = await self._redis_claim("claim_blocking", self.queue.claim_blocking,
+                                        timeout_s=0.25 if self.compat_list else 1.0, **self._claim_limits())
         if reply is not None:
             self._observe_claim(reply, 1)
             for c in reply.items:
@@ -323,8 +331,8 @@ class Worker:
 
     async def _claim_batch(self, room: int) -> ClaimReply | None:
         try:
-            return await self._redis("claim", self.queue.claim_reply, room, compat_list=self.compat_list,
-                                     **self._claim_limits())
+            return await self._redis_claim("claim", self.queue.claim_reply, room, compat_list=self.compat_list,
+                                           **self._claim_limits())
         except rexc.ResponseError as exc:
             if self.compat_list is None or not is_cross_slot(exc):
                 raise
