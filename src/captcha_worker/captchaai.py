@@ -412,6 +412,9 @@ class CaptchaAI:
     async def reportbad(self, captcha_id: str) -> None:
         await self._call("res.php", "res_reportbad", {"action": "reportbad", "id": captcha_id})
 
+    async def reportgood(self, captcha_id: str) -> None:
+        await self._call("res.php", "res_reportgood", {"action": "reportgood", "id": captcha_id})
+
     # the whole protocol for one task ----------------------------------------------------------------------
     async def solve(self, kind: methods.Kind, method: str, params: Mapping[str, str], *, deadline: float,
                     unsolvable_retries: int = 1, stats: SolveStats | None = None,

@@ -19,7 +19,12 @@ key                        type    meaning
                                    "unknown id", and a second submit of the id is a no-op); BURY keeps the body
                                    for ``dead-letters requeue``.
 ``{q}:result:<id>``        string  Result JSON. Written once (SET NX): the first writer wins. TTL.
-``{q}:reply:<producer>``   list    Result JSON pushed for the producer process waiting on it. TTL.
+``{q}:reply:<producer>``   list    Result JSON pushed for the producer process waiting on it. TTL. The
+                                   gateway's replicas share one, ``{q}:reply:gateway``: each result reaches
+                                   exactly one of them (metrics, callbacks).
+``{q}:callback:<id>``      string  A gateway task's ``pingback`` URL, written before its push (SET NX) and
+                                   taken (GETDEL) by the gateway replica that receives the result. TTL
+                                   ``TASK_TTL_SECONDS``.
 ``{q}:dead``               list    Dead letters, newest first: JSON ``{id, reason, code, attempts, at, view}``;
                                    ``view`` is a redacted, bounded view of the payload (no secret in clear).
                                    Capped (LTRIM).
@@ -56,6 +61,7 @@ Transitions of one item (each arrow is one atomic step):
     REAP           expired lease, or lease-less item older than the orphan grace -> pending (front)
     REQUEUE_DEAD   dead -> pending (attempts reset) while the task body is still stored
     LOOKUP         result, or the state of the id: queued / finished (result expired) / unknown
+    TENANT_COUNTS  processing items that are gateway task ids (``gw:<tenant>:<n>``), counted by tenant
 
 A reaper runs in every worker; REAP is one script, so two reapers never requeue an item twice (LREM decides).
 An item requeued by a reaper that its old owner still solves may be solved twice; ACK's SET NX makes the
@@ -350,6 +356,26 @@ end
 return out
 """
 
+#: gateway task ids are ``gw:<tenant>:<public id>`` (gateway.ids); TENANT_COUNTS reads the tenant from them
+GATEWAY_ID_PREFIX = "gw"
+
+# KEYS[1] processing | ARGV[1] gateway id prefix.   Returns {tenant, count, ...} for the gateway ids in processing
+# (one reply of a few entries, whatever the size of the items).
+_TENANT_COUNTS = """
+local processing, prefix = KEYS[1], '^' .. ARGV[1] .. ':([a-z0-9%-]+):%d+$'
+local counts, names = {}, {}
+for _, item in ipairs(redis.call('LRANGE', processing, 0, -1)) do
+  local tenant = #item <= 128 and string.match(item, prefix) or nil
+  if tenant then
+    if not counts[tenant] then counts[tenant] = 0; names[#names + 1] = tenant end
+    counts[tenant] = counts[tenant] + 1
+  end
+end
+local out = {}
+for _, name in ipairs(names) do out[#out + 1] = name; out[#out + 1] = counts[name] end
+return out
+"""
+
 # Shared by STATS and HEARTBEAT. KEYS[1] pending  KEYS[2] processing  KEYS[3] dead  KEYS[4] budget  KEYS[5] workers
 # ARGV[1] worker alive window s.   Everything `stats` shows, in one reply.
 _COUNTS = """
@@ -428,6 +454,9 @@ class Keys:
 
     def reply(self, producer: str) -> str:
         return self._k("reply:") + producer
+
+    def callback(self, task_id: str) -> str:
+        return self._k("callback:") + task_id
 
     def own(self, name: str) -> bool:
         """Whether a key name is one of this queue's own keys (under its hash tag)."""
@@ -574,7 +603,7 @@ class Queue:
         self._bury, self._release, self._reap = reg(_BURY), reg(_RELEASE), reg(_REAP)
         self._budget_acquire, self._heartbeat = reg(_BUDGET_ACQUIRE), reg(_HEARTBEAT)
         self._requeue_dead, self._stats, self._lookup = reg(_REQUEUE_DEAD), reg(_STATS), reg(_LOOKUP)
-        self._seed_result = reg(_SEED_RESULT)
+        self._seed_result, self._tenant_counts = reg(_SEED_RESULT), reg(_TENANT_COUNTS)
 
     # producer ---------------------------------------------------------------------------------------------
     async def push(self, tasks: Sequence[tuple[str, str]], *, ttl: int, front: bool = False,
@@ -752,6 +781,12 @@ class Queue:
         await self._seed_result(keys=[SEED_RESULTS_HASH], args=[task_id, entry, ttl])
 
     # inspection and operations ----------------------------------------------------------------------------
+    async def tenant_counts(self) -> dict[str, int]:
+        """Claimed gateway tasks (in processing) by tenant."""
+        flat = await self._tenant_counts(keys=[self.keys.processing], args=[GATEWAY_ID_PREFIX])
+        names = _strs(flat[0::2])
+        return {name: int(n) for name, n in zip(names, flat[1::2], strict=True)}
+
     async def stats(self, *, worker_alive_s: float = 60) -> QueueStats:
         counts = await self._stats(keys=self._count_keys(), args=[worker_alive_s])
         return QueueStats(*(int(c) for c in counts))
