@@ -36,6 +36,7 @@ from sim_helpers import KEY, PingbackReceiver, make_png  # noqa: E402
 
 from captcha_worker.methods import Answer, by_name  # noqa: E402
 from captcha_worker.simulator import SimConfig, SimulatorServer, Solution, tls_context  # noqa: E402
+from captcha_worker.simulator.app import TaskView  # noqa: E402
 
 DOC = ROOT / "docs" / "compatibility.md"
 CLIENTS_PYTHON = ROOT / ".tools" / "clients-venv" / "bin" / "python"
@@ -142,9 +143,10 @@ class Row:
 
 @dataclass
 class Run:
-    server: SimulatorServer
     receiver: PingbackReceiver
     lines: list[dict[str, Any]]
+    view: Callable[[str], TaskView | None]  # a task id as the client saw it -> what the simulator served for it
+    signed: Callable[[Mapping[str, str], Mapping[str, str]], bool] = lambda query, headers: True  # a pingback's
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -165,7 +167,7 @@ def _judge_solve(client: Client, line: Mapping[str, Any], run: Run) -> str | Non
     """None when the answer is the one the simulator served for that task; else what is wrong."""
     if line.get("task_id") is None:  # solve.php: no task id, the reply is the answer
         return None if re.fullmatch(r"[a-z0-9]{1,20}", str(line.get("answer"))) else "not an image's text"
-    view = run.server.simulator.task_view(int(line["task_id"]))
+    view = run.view(str(line["task_id"]))
     if view is None or view.solution is None:
         return f"the simulator has no answer for task {line['task_id']}"
     if view.kind.name != line["kind"]:
@@ -180,11 +182,11 @@ def _judge_solve(client: Client, line: Mapping[str, Any], run: Run) -> str | Non
 
 def _judge_pingback(client: Client, line: Mapping[str, Any], run: Run) -> str | None:
     """The pingback calls: the receiver got the task's id and answer."""
-    for hit in run.receiver.hits:
-        view = run.server.simulator.task_view(int(hit.get("id", "0")))
+    for hit, headers in zip(run.receiver.hits, run.receiver.headers, strict=True):
+        view = run.view(hit.get("id", "0"))
         if view is not None and view.solution is not None and hit.get("code") == view.solution.request:
             if line.get("task_id") in (None, hit["id"]):
-                return None
+                return None if run.signed(hit, headers) else "the pingback's signature is wrong"
     return "no pingback with the task's id and answer"
 
 
@@ -261,12 +263,16 @@ async def _run_client(client: Client, tmp: Path, ca: trustme.CA, receiver: Pingb
                                         "image": str(tmp / "captcha.png"), "proxy": PROXY,
                                         "pingback": receiver.url}))
         lines = await _driver(client, cfg_path, tmp / "ca.pem")
-        run = Run(server, receiver, lines)
+        run = Run(receiver, lines, lambda tid: _sim_view(server, tid))
         for _ in range(100):  # pingbacks are sent on the simulator's tick
             if server.stats().pingbacks_sent >= sum(1 for ln in lines if "back" in ln["call"]):
                 break
             await asyncio.sleep(0.05)
         return [judge(client, line, run) for line in lines]
+
+
+def _sim_view(server: SimulatorServer, task_id: str) -> TaskView | None:
+    return server.simulator.task_view(int(task_id)) if task_id.isdigit() else None
 
 
 async def run_all() -> list[Row]:

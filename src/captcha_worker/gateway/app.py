@@ -1,4 +1,5 @@
-"""The gateway's HTTP handlers: ``/in.php`` and ``/res.php`` of CaptchaAI's v1 protocol, answered from the queue.
+"""The gateway's HTTP handlers: ``/in.php``, ``/res.php`` and ``/solve.php`` of CaptchaAI's v1 protocol, answered
+from the queue.
 
 Every request: the body is read by the protocol module (GET, form, multipart, JSON) within the body cap
 (``GATEWAY_MAX_BODY_BYTES``: larger bodies get HTTP 413), the key is identified (``tenants``), the tenant's rate
@@ -12,24 +13,27 @@ missing-parameter codes are CaptchaAI's), the pingback URL against the tenant's 
 tagged with its tenant (``ids``: ``gw:<tenant>:<number>``). ``res.php``: ``get`` from the result store;
 ``threadsinfo`` the tenant's share and its tasks in flight; ``getbalance`` the tenant's configured ``balance``
 (the plan's balance only with ``GATEWAY_UPSTREAM_BALANCE``); ``reportbad`` / ``reportgood`` forwarded to
-CaptchaAI with the id the worker recorded. docs/gateway.md is the reference.
+CaptchaAI with the id the worker recorded. ``solve.php`` (image tasks in one request) submits as ``in.php`` and
+answers when the task is solved. docs/gateway.md is the reference.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
 from typing import Any
 
 from aiohttp import web
 
 from captcha_worker import codes, log
 from captcha_worker.captchaai import ApiError, CaptchaAI
-from captcha_worker.client import CaptchaQueue, Expired, Failed, Solved
+from captcha_worker.client import CaptchaQueue, Expired, Failed, Outcome, Solved
 from captcha_worker.codes import Code, ErrorClass
 from captcha_worker.connection import Refusal, describe_refusal, refusal
 from captcha_worker.gateway import ids
@@ -37,6 +41,7 @@ from captcha_worker.gateway import metrics as gm
 from captcha_worker.gateway.callbacks import check_url
 from captcha_worker.gateway.config import GatewayConfig, Tenant
 from captcha_worker.gateway.tenants import Tenants
+from captcha_worker.methods import Answer, Kind
 from captcha_worker.metrics import code_label
 from captcha_worker.queue import Lookup, Queue
 from captcha_worker.simulator import protocol
@@ -48,6 +53,12 @@ _log = logging.getLogger("captcha_worker.gateway")
 REPLY_TO = "gateway"
 _PUSH_TRIES = 5  # fresh numbers drawn when one hits a known id
 Reply = tuple[str, web.Response]  # the code answered (for the metrics) and the response
+
+
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    number: int  # what the client is told
+    kind: Kind
 
 
 class Health:
@@ -87,10 +98,11 @@ class Gateway:
         self.upstream = upstream
         self.health = Health()
         self.in_flight: dict[str, int] = {}  # tenant -> claimed tasks, refreshed by the server's scan loop
+        self.waiters: dict[str, asyncio.Event] = {}  # solve.php requests waiting, by task id (set by the reader)
 
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=self.cfg.max_body_bytes)
-        for path, handler in (("/in.php", self._in), ("/res.php", self._res)):
+        for path, handler in (("/in.php", self._in), ("/res.php", self._res), ("/solve.php", self._solve)):
             route = self._route(handler)
             app.router.add_get(path, route, allow_head=False)
             app.router.add_post(path, route)
@@ -101,13 +113,13 @@ class Gateway:
                ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def route(request: web.Request) -> web.Response:
             started = time.monotonic()
-            endpoint = "in" if request.path == "/in.php" else "res_other"
+            endpoint = {"/in.php": "in", "/solve.php": "solve"}.get(request.path, "res_other")
             try:
                 req = await protocol.read_request(request)
             except web.HTTPRequestEntityTooLarge:
                 gm.REQUESTS.labels(endpoint, "HTTP_4XX").inc()
                 raise
-            if endpoint != "in":
+            if endpoint == "res_other":
                 endpoint = _res_endpoint(Action.parse(req.action))
             code, response = await self._serve(req, endpoint, handler)
             gm.REQUESTS.labels(endpoint, code_label(code)).inc()
@@ -138,30 +150,71 @@ class Gateway:
         self.health.ok()
         return reply
 
-    # -- in.php ----------------------------------------------------------------------------------------------
+    # -- in.php and solve.php --------------------------------------------------------------------------------
     async def _in(self, req: ApiRequest, tenant: Tenant) -> Reply:
+        submitted = await self._submit(req, tenant, self.cfg.task_deadline_seconds)
+        if not isinstance(submitted, Submitted):
+            return submitted
+        gm.SUBMITTED.labels(tenant.name).inc()
+        number = submitted.number
+        return "OK", protocol.ok(req, number if submitted.kind.method == "userrecaptcha" else str(number))
+
+    async def _solve(self, req: ApiRequest, tenant: Tenant) -> Reply:
+        """One-request image solving: submitted as by in.php, answered when solved (at most
+        GATEWAY_SOLVE_TIMEOUT_SECONDS later: then ERROR_CAPTCHA_UNSOLVABLE, and the task's deadline stops it)."""
+        kind, _ = protocol.submission(req)
+        if kind is None or kind.answer is not Answer.TEXT:
+            return _error(req, Code.ERROR_BAD_PARAMETERS)
+        timeout = self.cfg.solve_timeout_seconds
+        submitted = await self._submit(req, tenant, timeout)
+        if not isinstance(submitted, Submitted):
+            return submitted
+        gm.SUBMITTED.labels(tenant.name).inc()
+        outcome = await self._wait(ids.task_id(tenant.name, submitted.number), timeout)
+        if isinstance(outcome, Solved):
+            return "OK", protocol.answer(req, protocol.Solution(outcome.solution, outcome.user_agent))
+        return _error(req, codes.wire_code(outcome.code) if isinstance(outcome, Failed | Expired)
+                      else Code.ERROR_CAPTCHA_UNSOLVABLE)
+
+    async def _wait(self, task_id: str, timeout: float) -> Outcome | None:
+        """The task's outcome once it has one (None after `timeout`): woken by the result reader when this replica
+        receives the result, else found by a lookup every half second."""
+        give_up = time.monotonic() + timeout
+        event = self.waiters.setdefault(task_id, asyncio.Event())
+        try:
+            while (outcome := await self.producer.peek(task_id)) is None:
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    return None
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(0.5, left))
+            return outcome
+        finally:
+            self.waiters.pop(task_id, None)
+
+    async def _submit(self, req: ApiRequest, tenant: Tenant, deadline_s: float) -> Submitted | Reply:
+        """Validate and queue one submission: its number and kind, or the refusal to answer."""
         kind, req = protocol.submission(req)
         if kind is None:
             return _error(req, Code.ERROR_BAD_PARAMETERS)
         pingback = req.text("pingback").strip()
         if pingback and check_url(tenant.pingback, pingback) is not None:
             return _error(req, Code.ERROR_BAD_PARAMETERS)
-        task = self._task(req, tenant)
+        task = self._task(req, tenant, deadline_s)
         if isinstance(task, Invalid):
             return _error(req, codes.wire_code(task.code))
         number = await self._push(task, tenant, pingback)
         if number is None:
             return _error(req, Code.ERROR_TOO_BIG_CAPTCHA_FILESIZE)
-        gm.SUBMITTED.labels(tenant.name).inc()
-        return "OK", protocol.ok(req, number if kind.method == "userrecaptcha" else str(number))
+        return Submitted(number, kind)
 
-    def _task(self, req: ApiRequest, tenant: Tenant) -> Task | Invalid:
+    def _task(self, req: ApiRequest, tenant: Tenant, deadline_s: float) -> Task | Invalid:
         """The task as the workers will validate it (its id is a placeholder until the push draws one)."""
         now = time.time()
         data: dict[str, Any] = {"id": ids.task_id(tenant.name, 0), "method": req.method, "params": _params(req),
                                 "submitted_at": now, "reply_to": REPLY_TO, "tenant": tenant.name}
-        if self.cfg.task_deadline_seconds > 0:
-            data["deadline"] = now + self.cfg.task_deadline_seconds
+        if deadline_s > 0:
+            data["deadline"] = now + deadline_s
         return make_task(data, now=now)
 
     async def _push(self, task: Task, tenant: Tenant, pingback: str) -> int | None:
@@ -277,7 +330,7 @@ def _error(req: ApiRequest, code: str) -> Reply:
 
 
 def _throttled(req: ApiRequest, endpoint: str, wait: float) -> Reply:
-    if endpoint == "in":
+    if endpoint in ("in", "solve"):
         return _error(req, Code.ERROR_NO_SLOT_AVAILABLE)
     response = protocol.error(req, Code.ERROR_TOO_MUCH_REQUESTS)
     response.set_status(429)

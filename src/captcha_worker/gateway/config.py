@@ -107,6 +107,7 @@ class GatewayConfig:
     max_task_bytes: int
     task_ttl_seconds: int
     task_deadline_seconds: float  # 0: no deadline
+    solve_timeout_seconds: float  # solve.php: how long a request waits for its answer (also the task's deadline)
     plan_threads: int | None  # CAPTCHAAI_THREADS, when given: reserved threads must fit in it
     api_key: Secret  # upstream CaptchaAI key: forwards reportbad/reportgood (and getbalance, when asked)
     api_url: str
@@ -152,6 +153,7 @@ class GatewayConfig:
             max_body_bytes=e.integer("GATEWAY_MAX_BODY_BYTES", task_bytes, minimum=1024),
             max_task_bytes=task_bytes, task_ttl_seconds=task_ttl(e),
             task_deadline_seconds=e.number("GATEWAY_TASK_DEADLINE_SECONDS", 600.0),
+            solve_timeout_seconds=e.number("GATEWAY_SOLVE_TIMEOUT_SECONDS", 120.0, minimum=1.0),
             plan_threads=plan, api_key=Secret(api_key), api_url=api_url, upstream_balance=upstream_balance,
             callback_timeout_seconds=e.number("GATEWAY_CALLBACK_TIMEOUT_SECONDS", 5.0, minimum=0.1),
             callback_attempts=e.integer("GATEWAY_CALLBACK_ATTEMPTS", 3, minimum=1, maximum=10),

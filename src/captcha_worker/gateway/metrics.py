@@ -22,7 +22,7 @@ from captcha_worker import __version__
 from captcha_worker.metrics import PREFIX, REDIS_REFUSALS, SOLVE_BUCKETS, WAIT_BUCKETS
 
 UNAUTHENTICATED = "unauthenticated"
-ENDPOINTS = ("in", "res_get", "res_threadsinfo", "res_getbalance", "res_report", "res_other")
+ENDPOINTS = ("in", "solve", "res_get", "res_threadsinfo", "res_getbalance", "res_report", "res_other")
 TENANT_OUTCOMES = ("solved", "error", "expired")
 CALLBACK_OUTCOMES = ("delivered", "failed", "refused")
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)

@@ -71,6 +71,9 @@ class ResultReader:
             if tenant is not None:
                 count(tenant.name, result)
                 ended.append((tenant, result))
+            waiting = self.gateway.waiters.get(result.id)
+            if waiting is not None:
+                waiting.set()
         await self._callbacks([(t, r) for t, r in ended if t.pingback is not None])
 
     async def _callbacks(self, ended: Sequence[tuple[Tenant, Result]]) -> None:
