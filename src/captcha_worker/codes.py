@@ -193,7 +193,7 @@ def describe(code: str) -> str:
     return text or f"CaptchaAI answered {code}"
 
 
-_WIRE_SHAPE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_WIRE_SHAPE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
 def wire_code(code: str) -> str:

@@ -31,6 +31,7 @@ from captcha_worker.task import Result, Status
 _log = logging.getLogger("captcha_worker.gateway")
 BATCH = 100
 SCAN_EVERY_S = 2.0
+WAIT_S = 0.25  # a BLPOP's timeout: how long a stopping replica may take to notice
 
 
 class ResultReader:
@@ -44,7 +45,7 @@ class ResultReader:
         delay = 0.05
         while not closing.is_set():
             try:
-                first = await as_awaitable(self.redis.blpop([self.key], timeout=1))
+                first = await as_awaitable(self.redis.blpop([self.key], timeout=WAIT_S))
                 more = await as_awaitable(self.redis.lpop(self.key, BATCH - 1)) if first else None
                 values = [first[1], *(more if isinstance(more, list) else [])] if first else []
                 if values:

@@ -85,7 +85,7 @@ class GatewayServer:
         finally:
             self._closing.set()
             await api.cleanup()
-            if self._tasks:
+            if self._tasks:  # the reader returns within its BLPOP's timeout: a result it popped is still handled
                 _, stuck = await asyncio.wait(self._tasks, timeout=3)
                 for t in stuck:
                     t.cancel()
