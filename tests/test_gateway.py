@@ -618,3 +618,19 @@ def test_a_gateway_process_never_logs_keys_secrets_or_answers(tmp_path: Any) -> 
     assert "gateway_started" in logs and "redis_unavailable" in logs and "redis_reconnected" in logs
     for secret in (KEY_A, KEY_A[:-1], KEY_B, SECRET, UPSTREAM_KEY, "0x4", "e.com", "key="):
         assert secret not in logs, secret
+
+
+def test_the_gateway_doc_lists_every_setting_and_tenant_field() -> None:
+    import inspect
+
+    from helpers import ROOT
+
+    from captcha_worker.gateway import config as gconfig
+
+    text = (ROOT / "docs" / "gateway.md").read_text()
+    settings_table = text.split("| variable | default | meaning |")[1].split("\n\n")[0]
+    documented = set(re.findall(r"`([A-Z][A-Z_]{3,})`", settings_table))
+    read = set(re.findall(r'e\.\w+\("([A-Z_]+)"', inspect.getsource(gconfig)))
+    assert read and read <= documented, read - documented
+    fields_table = text.split("| field | required | meaning |")[1].split("\n\n")[0]
+    assert set(re.findall(r"^\| `(\w+)` \|", fields_table, re.M)) == gconfig._TENANT_FIELDS
