@@ -22,7 +22,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     redis_server_binary()
     out = tmp_path_factory.mktemp("bench-smoke")
     proc = subprocess.run([sys.executable, "-m", "bench.run", "--smoke", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=280, check=False)
+                          capture_output=True, text=True, timeout=400, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out
 
@@ -116,6 +116,18 @@ def test_p7_planner(results: Path) -> None:
     assert case["solved"] > 0
 
 
+def test_p8_gateway(results: Path) -> None:
+    d = load(results, "p8_gateway")
+    for endpoint in ("in", "res_get"):
+        for key in ("rps", "cpu_us_per_request", "gateway_cores", "errors"):
+            assert SUMMARY <= d["throughput"][endpoint][key].keys()
+        assert d["throughput"][endpoint]["errors"]["max"] == 0
+    lat = d["latency"]
+    for system in ("gateway", "library"):
+        assert SUMMARY <= lat[system]["p50_s"].keys() and lat[system]["samples"]["median"] > 0
+    assert {"added_p50_s", "added_p99_s", "gateway_cpu_us_per_request"} <= lat.keys()
+
+
 def test_report_renders_from_smoke_results(results: Path, tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     shutil.copy(ROOT / "docs" / "benchmarks.md", doc)
@@ -124,5 +136,5 @@ def test_report_renders_from_smoke_results(results: Path, tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     text = doc.read_text()
     assert "_no results yet" not in text
-    for block in ("machine", "summary", "p1", "p2", "p3", "p4", "p5", "p6", "p7"):
+    for block in ("machine", "summary", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"):
         assert f"<!-- BEGIN GENERATED: {block} -->" in text

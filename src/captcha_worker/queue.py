@@ -716,8 +716,18 @@ class Queue:
     async def _run_many(self, script: AsyncScript, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
         """Calls of one script in one pipelined round trip. EVALSHA directly: redis-py would otherwise send a
         SCRIPT EXISTS round trip before every pipeline. On NOSCRIPT (Redis restarted or flushed its scripts)
-        the script is loaded and the batch sent again: then no call of the batch has run, as they share it."""
+        the script is loaded and the batch sent again: then no call of the batch has run, as they share it.
+        A single call goes without a pipeline (a gateway's in.php pushes one task per request)."""
         for attempt in (1, 2):
+            if len(calls) == 1:
+                keys, args = calls[0]
+                try:
+                    return [await as_awaitable(self.redis.evalsha(script.sha, len(keys), *keys, *args))]
+                except rexc.NoScriptError:
+                    if attempt == 2:
+                        raise
+                await as_awaitable(self.redis.script_load(script.script))
+                continue
             async with self.redis.pipeline(transaction=False) as pipe:
                 for keys, args in calls:
                     pipe.evalsha(script.sha, len(keys), *keys, *args)
