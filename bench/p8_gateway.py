@@ -13,8 +13,8 @@ Latency: ``clients`` concurrent clients, each a loop of: submit through ``in.php
 every 5 s until the answer (how CaptchaAI's docs tell clients to poll); and as many producer-library clients,
 each a loop of ``CaptchaQueue.solve`` (the result is pushed back). The same workers serve both
 (``bench.instant serve``: each solve holds its slot for a uniform ``HOLD`` seconds, 5-15 s as a turnstile's solve,
-then answers), with a slot for every client. Latency is the client's wall clock from the submit to the answer in hand; the gateway's CPU per
-request is also read during this phase. The first ``warm_s`` of each run is dropped.
+then answers), with a slot for every client. Latency is the client's wall clock from the submit to the answer in
+hand; the gateway's CPU per request is also read during this phase. The first ``warm_s`` of each run is dropped.
 """
 
 from __future__ import annotations
