@@ -243,14 +243,17 @@ class Lab:
                 "METRICS_PORT": str(port), "LOG_LEVEL": "info", **env}
         p = self.spawn(f"{namespace}-{pod}", ["run"], full)
         p.metrics_port = port
-        # what prometheus-operator's Kubernetes SD + ServiceMonitor relabelling would produce for this pod
-        target = [{"targets": [f"127.0.0.1:{port}"],
-                   "labels": {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_service_name": JOB,
-                              "__meta_kubernetes_pod_name": f"{JOB}-{pod}"}}]
-        tmp = self.dir / "targets" / f".{namespace}-{pod}.tmp"
-        tmp.write_text(json.dumps(target))
-        tmp.rename(self.dir / "targets" / f"{namespace}-{pod}.json")
+        self.target(namespace, JOB, pod, port)
         return p
+
+    def target(self, namespace: str, service: str, pod: str, port: int) -> None:
+        """What prometheus-operator's Kubernetes SD + ServiceMonitor relabelling would produce for this pod."""
+        target = [{"targets": [f"127.0.0.1:{port}"],
+                   "labels": {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_service_name": service,
+                              "__meta_kubernetes_pod_name": f"{service}-{pod}"}}]
+        tmp = self.dir / "targets" / f".{namespace}-{service}-{pod}.tmp"
+        tmp.write_text(json.dumps(target))
+        tmp.rename(self.dir / "targets" / f"{namespace}-{service}-{pod}.json")
 
     def gateway(self, namespace: str) -> Proc:
         """A `captcha-worker gateway` for the namespace's queue, scraped as the gateway Service's pods would be."""
@@ -261,12 +264,7 @@ class Lab:
         p = self.spawn(f"{namespace}-gateway", ["gateway"], env)
         p.metrics_port = metrics_port
         p.url = f"http://127.0.0.1:{port}"
-        target = [{"targets": [f"127.0.0.1:{metrics_port}"],
-                   "labels": {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_service_name": GW_JOB,
-                              "__meta_kubernetes_pod_name": f"{GW_JOB}-0"}}]
-        tmp = self.dir / "targets" / f".{namespace}-gateway.tmp"
-        tmp.write_text(json.dumps(target))
-        tmp.rename(self.dir / "targets" / f"{namespace}-gateway.json")
+        self.target(namespace, GW_JOB, "0", metrics_port)
         self.gateways[namespace] = p
         return p
 

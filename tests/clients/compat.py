@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -275,16 +276,24 @@ def _sim_view(server: SimulatorServer, task_id: str) -> TaskView | None:
     return server.simulator.task_view(int(task_id)) if task_id.isdigit() else None
 
 
-async def run_all() -> list[Row]:
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[tuple[Path, trustme.CA]]:
+    """A directory with the clients' image (captcha.png) and a CA (ca.pem) the drivers trust; fails first when
+    the client libraries are not installed."""
     missing = missing_tools()
     if missing:
         raise RuntimeError(f"client libraries not installed ({', '.join(missing)}): run "
                            "scripts/install-tools.sh --only clients")
-    with tempfile.TemporaryDirectory(prefix="compat-") as name:
+    with tempfile.TemporaryDirectory(prefix=prefix) as name:
         tmp = Path(name)
         (tmp / "captcha.png").write_bytes(make_png())
         ca = trustme.CA()
         ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+        yield tmp, ca
+
+
+async def run_all() -> list[Row]:
+    with scratch("compat-") as (tmp, ca):
         async with PingbackReceiver() as receiver:
             per_client = await asyncio.gather(*(_run_client(c, tmp, ca, receiver) for c in CLIENTS))
     return [row for rows in per_client for row in rows]

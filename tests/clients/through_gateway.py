@@ -30,10 +30,9 @@ sys.path.insert(0, str(HERE.parent))  # tests/: procs, helpers, sim_helpers
 
 import compat  # noqa: E402
 import redis as sync_redis  # noqa: E402
-import trustme  # noqa: E402
 from helpers import free_port  # noqa: E402
 from procs import GatewayProc, RedisServer, workers  # noqa: E402
-from sim_helpers import KEY, PingbackReceiver, make_png  # noqa: E402
+from sim_helpers import KEY, PingbackReceiver  # noqa: E402
 
 from captcha_worker.methods import by_name  # noqa: E402
 from captcha_worker.simulator import SimConfig, SimulatorServer, Solution  # noqa: E402
@@ -105,15 +104,7 @@ async def _client(client: compat.Client, url: str, tmp: Path, store: Store,
 
 
 async def run_through_gateway(logdir: Path) -> list[compat.Row]:
-    missing = compat.missing_tools()
-    if missing:
-        raise RuntimeError(f"client libraries not installed ({', '.join(missing)}): run "
-                           "scripts/install-tools.sh --only clients")
-    with tempfile.TemporaryDirectory(prefix="compat-gw-") as name:
-        tmp = Path(name)
-        (tmp / "captcha.png").write_bytes(make_png())
-        ca = trustme.CA()
-        ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+    with compat.scratch("compat-gw-") as (tmp, ca):
         ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp / "gateway.pem"))
         redis = RedisServer(free_port(), str(tmp))
         redis.start()

@@ -36,6 +36,7 @@ import aiohttp
 from yarl import URL
 
 from captcha_worker import log
+from captcha_worker.calls import BackgroundCalls
 from captcha_worker.gateway import metrics
 from captcha_worker.gateway.config import PingbackPolicy, Tenant
 
@@ -114,38 +115,19 @@ class Call:
     query: Mapping[str, str]  # id, code, user_agent (optional)
 
 
-class Callbacks:
+class Callbacks(BackgroundCalls):
     """Delivers calls in the background: :meth:`send` never waits."""
 
     def __init__(self, *, timeout_s: float, attempts: int, first_delay_s: float = 1.0) -> None:
-        self.timeout_s, self.attempts, self.first_delay_s = timeout_s, attempts, first_delay_s
-        self._session: aiohttp.ClientSession | None = None
-        self._slots = asyncio.Semaphore(CONCURRENCY)
-        self._running: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-            connector=aiohttp.TCPConnector(force_close=True, use_dns_cache=False),
-            headers={"User-Agent": "captcha-solver-gateway"})
-
-    async def stop(self) -> None:
-        for task in list(self._running):
-            task.cancel()
-        await asyncio.gather(*self._running, return_exceptions=True)
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        super().__init__(timeout_s=timeout_s, concurrency=CONCURRENCY, user_agent="captcha-solver-gateway",
+                         force_close=True)
+        self.attempts, self.first_delay_s = attempts, first_delay_s
 
     def send(self, call: Call) -> None:
-        if self._session is None or len(self._running) >= MAX_PENDING:
+        why = f"{MAX_PENDING} calls already waiting" if self.running >= MAX_PENDING else ""
+        if why or not self.spawn(self._deliver(call)):
             metrics.CALLBACKS.labels(call.tenant.name, "failed").inc()
-            log.event(_log, "callback_dropped", logging.WARNING, tenant=call.tenant.name,
-                      why="not running" if self._session is None else f"{MAX_PENDING} calls already waiting")
-            return
-        task = asyncio.get_running_loop().create_task(self._deliver(call))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+            log.event(_log, "callback_dropped", logging.WARNING, tenant=call.tenant.name, why=why or "not running")
 
     async def _deliver(self, call: Call) -> None:
         host = URL(call.url).host or ""
