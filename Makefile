@@ -5,7 +5,7 @@ VENV  := .venv
 TOOLS := $(CURDIR)/.tools
 export PATH := $(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help test demo venv tools lint unit chart e2e bench bench-smoke compatibility clean dashboard \
+.PHONY: help test demo venv tools lint unit chart e2e e2e-pods bench bench-smoke compatibility clean dashboard \
 	dashboard-png
 
 help:
@@ -14,6 +14,7 @@ help:
 	@echo "              helm-unittest, checkov, hadolint, the CaptchaAI client libraries) and run every test"
 	@echo "make compatibility - run the client libraries against the simulator, rewrite docs/compatibility.md"
 	@echo "make e2e    - chart on a real kube-apiserver + KEDA operator (builds them into .tools/ once)"
+	@echo "make e2e-pods - chart + KEDA's chart on a one-node cluster whose pods run: 0 -> N -> 0, helm 3 and 4 (root)"
 	@echo "make bench  - benchmarks; results in bench/results/, quoted in docs/benchmarks.md"
 	@echo "make dashboard     - regenerate the Grafana dashboard JSON and its docs from dashboards/ (code)"
 	@echo "make dashboard-png - draw docs/img/dashboard.png from a real Prometheus scraping a demo run (~4 min)"
@@ -25,6 +26,7 @@ $(VENV)/.installed: pyproject.toml scripts/bootstrap-python.sh
 
 tools: venv
 	scripts/install-tools.sh
+	scripts/chart-dependency.sh
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench dashboards
@@ -39,6 +41,9 @@ demo: venv
 
 e2e: venv tools
 	tests/e2e/run.sh
+
+e2e-pods: venv tools
+	tests/e2e/pods.sh
 
 compatibility: venv
 	scripts/install-tools.sh --only clients

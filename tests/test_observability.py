@@ -48,7 +48,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from chart.chartlib import CRD_SCHEMAS, K8S_SCHEMA_VERSIONS, TOOLS, strip_dependencies, tool
+from chart.chartlib import CRD_SCHEMAS, K8S_SCHEMA_VERSIONS, REQUIRED_VALUES, TOOLS, chart_copy, tool
 from helpers import KEY, ROOT, cli_env, free_port, wait_port
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
@@ -125,16 +125,13 @@ def metric_names(expr: str) -> set[str]:
 
 
 def offline_chart(dest: Path) -> Path:
-    """A copy of the chart without the kedacore/keda dependency entry (it cannot be fetched offline)."""
-    chart = dest / "captcha-solver"
-    shutil.copytree(CHART, chart)
-    chart_yaml = chart / "Chart.yaml"
-    chart_yaml.write_text(strip_dependencies(chart_yaml.read_text()))
-    return chart
+    """A copy of the chart with its real dependency (scripts/chart-dependency.sh puts it in charts/)."""
+    return chart_copy(dest)
 
 
 def helm_template(chart: Path, *args: str, namespace: str = "captcha", release: str = RELEASE) -> str:
-    proc = subprocess.run([str(tool("helm3")), "template", release, str(chart), "--namespace", namespace, *args],
+    proc = subprocess.run([str(tool("helm3")), "template", release, str(chart), "--namespace", namespace,
+                           *REQUIRED_VALUES, *args],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout

@@ -33,8 +33,8 @@ async def _seed(url: str, pending: int, dead_codes: list[str]) -> None:
             await q.push([(f"w{i}", f'{{"id": "w{i}", "method": "turnstile", "params": {{}}}}')
                           for i in range(pending)], ttl=600)
         for code in dead_codes:
-            await redis.lpush(Keys(QUEUE).dead, dead_entry(reason="test", code=code, task_id=None, body=None,
-                                                           raw="{}", attempts=3))
+            await redis.lpush(Keys(QUEUE).dead, dead_entry(reason="test", code=code, task_id=None, view="{}",
+                                                           attempts=3))
     finally:
         await redis.aclose()
 

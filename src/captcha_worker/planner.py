@@ -17,8 +17,8 @@ The model (a queueing model, stated so its limits are clear):
   trips and writing the result.
 * Not modelled: retries (unsolvable resubmits, capacity back-off), bursts beyond Poisson, and autoscaling lag. The
   prediction holds with every worker pod up (``keda.scaledObject.minReplicaCount`` = maxReplicaCount, which the
-  values snippet sets): KEDA's list triggers add a pod only when the pending list alone outgrows the running
-  pods, so a scaled-down deployment waits longer than the model says.
+  values snippet sets): KEDA sizes the pods to what is pending and in flight, so a scaled-down deployment
+  queues each arrival past its busy slots until the next poll and a pod start, and waits longer than the model says.
 
 ``tests/test_planner.py`` runs a recommended configuration against the simulator and compares the measured p95
 wait with the prediction; ``bench/p7_planner.py`` does it at length (docs/benchmarks.md).

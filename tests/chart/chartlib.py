@@ -1,12 +1,15 @@
 """Shared constants and helpers for the chart tests (fixtures are in conftest.py).
 
 Every tool comes from `scripts/install-tools.sh` (which `make test` runs first); a missing tool fails the test that
-needs it with the command that installs it. Nothing here needs the network.
+needs it with the command that installs it. The chart is tested as users get it, with its real dependency
+(kedacore/keda in charts/, put there by `scripts/chart-dependency.sh`: from the chart repository, or offline from
+../shared/charts). Nothing here needs the network.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +32,9 @@ API_VERSIONS = ("keda.sh/v1alpha1", "monitoring.coreos.com/v1")
 
 # The values files every rendering test covers: the defaults plus every file in values-examples/.
 VALUES_CASES = ["default", *sorted(p.stem for p in EXAMPLES.glob("*.yaml"))]
+# What a user must give on top of the defaults: the API key's Secret (the chart fails without a key).
+REQUIRED_VALUES = ("--set", "captchaai.existingSecret=captchaai-api-key")
+DEPENDENCY_SCRIPT = ROOT / "scripts" / "chart-dependency.sh"
 
 
 def tool(name: str) -> Path:
@@ -50,20 +56,24 @@ def run(cmd: list[str | Path], *, check: bool = True, env: dict[str, str] | None
                     f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}", pytrace=False)
     return proc
 
-def strip_dependencies(chart_yaml: str) -> str:
-    """Chart.yaml without its `dependencies:` entry (the KEDA subchart cannot be fetched offline)."""
-    data = yaml.safe_load(chart_yaml)
-    if "dependencies" not in data:
-        raise AssertionError("Chart.yaml has no dependencies entry to strip")
-    lines = chart_yaml.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.startswith("dependencies:"))
-    end = next((i for i in range(start + 1, len(lines))
-                if lines[i].strip() and not lines[i].startswith((" ", "#", "-"))), len(lines))
-    return "".join(lines[:start] + lines[end:])
+def ensure_dependency() -> Path:
+    """The chart directory with its dependency archive in charts/ (verified against its pinned sha256)."""
+    proc = subprocess.run([str(DEPENDENCY_SCRIPT)], capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode != 0:
+        pytest.fail(f"the chart's dependency is not available: {proc.stdout}{proc.stderr}", pytrace=False)
+    return CHART
+
+
+def chart_copy(dest: Path) -> Path:
+    """A copy of the chart, dependency included, at dest/captcha-solver (for tests that edit it)."""
+    ensure_dependency()
+    chart = dest / "captcha-solver"
+    shutil.copytree(CHART, chart)
+    return chart
 
 
 def values_args(case: str) -> list[str]:
-    return [] if case == "default" else ["-f", str(EXAMPLES / f"{case}.yaml")]
+    return list(REQUIRED_VALUES) if case == "default" else ["-f", str(EXAMPLES / f"{case}.yaml")]
 
 
 def template_cmd(helm: str, chart: Path, case: str, *extra: str) -> list[str | Path]:

@@ -1,16 +1,14 @@
-"""Fixtures for the chart tests: Helm's environment, an offline copy of the chart, the renderings."""
+"""Fixtures for the chart tests: Helm's environment, the chart with its dependency, the renderings."""
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from .chartlib import CHART, HELMS, TOOLS, VALUES_CASES, Rendering, run, strip_dependencies, template_cmd
+from .chartlib import HELMS, TOOLS, VALUES_CASES, Rendering, ensure_dependency, run, template_cmd
 
 
 @pytest.fixture(scope="session")
@@ -29,29 +27,19 @@ def helm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def offline_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A temporary copy of the chart without the kedacore/keda dependency entry.
-
-    Helm checks declared dependencies even when their condition is false ("found in Chart.yaml, but missing in
-    charts/ directory: keda") and the KEDA chart cannot be downloaded here. The entry itself is checked by
-    test_render.py::test_keda_dependency_entry.
-    """
-    dest = tmp_path_factory.mktemp("chart") / "captcha-solver"
-    shutil.copytree(CHART, dest)
-    chart_yaml = dest / "Chart.yaml"
-    chart_yaml.write_text(strip_dependencies(chart_yaml.read_text()))
-    assert "dependencies" not in yaml.safe_load(chart_yaml.read_text())
-    return dest
+def chart() -> Path:
+    """The chart directory itself, unmodified, with its real dependency in charts/ (scripts/chart-dependency.sh)."""
+    return ensure_dependency()
 
 
 @pytest.fixture(scope="session")
-def renderings(offline_chart: Path, helm_env: dict[str, str],
+def renderings(chart: Path, helm_env: dict[str, str],
                tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Rendering]:
     """Every values case rendered by both Helm versions, once per session."""
     out: dict[tuple[str, str], Rendering] = {}
     for helm in HELMS:
         for case in VALUES_CASES:
-            proc = run(template_cmd(helm, offline_chart, case), env=helm_env)
+            proc = run(template_cmd(helm, chart, case), env=helm_env)
             out[(helm, case)] = Rendering(helm, case, proc.stdout)
     return out
 

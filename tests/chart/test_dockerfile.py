@@ -61,7 +61,8 @@ def test_dockerfile_shape() -> None:
     final_text = " ".join(f"{op} {arg}" for op, arg in final)
     users = [arg for op, arg in final if op == "USER"]
     assert users and re.fullmatch(r"[1-9]\d{3,}(:\d+)?", users[-1]), "non-root numeric user"
-    assert ("ENTRYPOINT", '["captcha-worker"]') in final
+    # an init as PID 1: a SIGTERM before the worker's handler exists must not be dropped (pid_namespaces(7))
+    assert ("ENTRYPOINT", '["dumb-init", "--", "captcha-worker"]') in final
     assert ("CMD", '["run"]') in final
     assert ("EXPOSE", "9100") in final
     assert "org.opencontainers.image.title" in final_text
@@ -100,12 +101,18 @@ def test_wheel_installs_into_a_fresh_venv_like_the_image(tmp_path: Path) -> None
         cwd=context)
     built = sorted(wheels.glob("captcha_solver-*.whl"))
     assert len(built) == 1, built
-    # dependency wheels (from PyPI or pip's cache, as `docker build` fetches them)
+    # dependency wheels (from PyPI or pip's cache, as `docker build` fetches them), and the image's init
     run([py, "-m", "pip", "wheel", "--disable-pip-version-check", "--wheel-dir", wheels, built[0]], timeout=540)
+    init = re.search(r"pip wheel --no-deps --wheel-dir /wheels (dumb-init==\S+)", DOCKERFILE.read_text())
+    assert init, "stage 1 builds the dumb-init wheel"
+    run([py, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps", "--wheel-dir", wheels, init.group(1)],
+        timeout=300)
     venv = tmp_path / "venv"
     subprocess.run([py, "-m", "venv", venv], check=True)
     run([venv / "bin" / "pip", "install", "--disable-pip-version-check", "--no-index", "--find-links", wheels,
-         built[0]])
+         built[0], "dumb-init"])
+    assert "dumb-init v" in run([venv / "bin" / "dumb-init", "--version"]).stdout + \
+        run([venv / "bin" / "dumb-init", "--version"]).stderr
     run([venv / "bin" / "pip", "uninstall", "--yes", "--disable-pip-version-check", "pip"])
     assert not (venv / "bin" / "pip").exists()
     cli = venv / "bin" / "captcha-worker"

@@ -74,3 +74,15 @@ def test_schema_closes_every_object_the_chart_defines() -> None:
                 walk(sub, f"{path}.{key}" if path else key)
 
     walk(schema, "")
+
+
+def test_docs_upgrade_with_reset_then_reuse_values() -> None:
+    """`--reuse-values` freezes the previous chart version's defaults into the release; the docs and NOTES say
+    `--reset-then-reuse-values` (Helm 3.14+) everywhere they show an upgrade."""
+    from .chartlib import ROOT
+
+    texts = [CHART / "README.md", CHART / "README.md.gotmpl", CHART / "templates" / "NOTES.txt", ROOT / "README.md",
+             *sorted((ROOT / "docs").glob("*.md"))]
+    stale = [str(p.relative_to(ROOT)) for p in texts if p.exists() and " --reuse-values" in p.read_text()]
+    assert not stale, f"say --reset-then-reuse-values in: {stale}"
+    assert "--reset-then-reuse-values" in (CHART / "README.md").read_text()

@@ -1,5 +1,7 @@
 """kubeconform -strict on every rendering, offline: Kubernetes schemas from kubernetes-validate (rewritten for
-kubeconform by scripts/install-tools.sh) and the CRD schemas converted into tests/chart/schemas/crds/."""
+kubeconform by scripts/install-tools.sh) and the CRD schemas converted into tests/chart/schemas/crds/. Each schema
+version validates the chart as rendered for that Kubernetes version (`helm template --kube-version`), since the
+chart adapts to it (e.g. a PDB's unhealthyPodEvictionPolicy from 1.27)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .chartlib import CRD_SCHEMAS, HELMS, K8S_SCHEMA_VERSIONS, SHARED_CRDS, TOOLS, VALUES_CASES, run, tool
+from .chartlib import CRD_SCHEMAS, HELMS, K8S_SCHEMA_VERSIONS, SHARED_CRDS, TOOLS, VALUES_CASES, run, template_cmd, tool
 from .convert_crds import convert_dir
 
 
@@ -23,10 +25,19 @@ def _kubeconform(paths: list[Path], k8s: str, *, check: bool = True):
                 *paths], check=check)
 
 
+def _render_for(helm: str, k8s: str, chart: Path, env: dict[str, str], dest: Path, *extra: str) -> list[Path]:
+    files = []
+    for case in VALUES_CASES:
+        out = run(template_cmd(helm, chart, case, "--kube-version", k8s, *extra), env=env).stdout
+        files.append(dest / f"{helm}-{k8s}-{case}.yaml")
+        files[-1].write_text(out)
+    return files
+
+
 @pytest.mark.parametrize("k8s", K8S_SCHEMA_VERSIONS)
 @pytest.mark.parametrize("helm", HELMS)
-def test_renderings_are_valid(helm: str, k8s: str, rendering_dir: Path) -> None:
-    files = [rendering_dir / helm / f"{case}.yaml" for case in VALUES_CASES]
+def test_renderings_are_valid(helm: str, k8s: str, chart: Path, helm_env: dict[str, str], tmp_path: Path) -> None:
+    files = _render_for(helm, k8s, chart, helm_env, tmp_path)
     proc = _kubeconform(files, k8s, check=False)
     report = json.loads(proc.stdout)
     bad = [r for r in report["resources"] if r["status"] != "statusValid"]
@@ -35,6 +46,19 @@ def test_renderings_are_valid(helm: str, k8s: str, rendering_dir: Path) -> None:
     # every resource was validated against a schema: nothing skipped for lack of one
     assert summary["skipped"] == 0 and summary["errors"] == 0 and summary["invalid"] == 0
     assert summary["valid"] >= 10 * len(files)
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_keda_subchart_rendering_is_valid(helm: str, chart: Path, helm_env: dict[str, str], tmp_path: Path) -> None:
+    """keda.install=true: KEDA's own objects (CRDs, APIService, webhooks, RBAC, Deployments) validate too."""
+    k8s = K8S_SCHEMA_VERSIONS[-1]
+    out = tmp_path / "keda-install.yaml"
+    out.write_text(run(template_cmd(helm, chart, "default", "--kube-version", k8s, "--set", "keda.install=true"),
+                       env=helm_env).stdout)
+    report = json.loads(_kubeconform([out], k8s, check=False).stdout)
+    bad = [r for r in report["resources"] if r["status"] != "statusValid"]
+    assert not bad, json.dumps(bad, indent=1)
+    assert report["summary"]["valid"] >= 40, report["summary"]
 
 
 def test_kubeconform_catches_a_bad_manifest(tmp_path: Path) -> None:

@@ -1,8 +1,12 @@
-"""helm lint --strict and helm template with the real Helm v3 and v4, for the defaults and every values example."""
+"""helm lint --strict and helm template with the real Helm v3 and v4, for the defaults and every values example, on
+the chart as users get it: its real kedacore/keda dependency in charts/, Chart.lock, and the packaged archive."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import tarfile
 from collections import Counter
 from pathlib import Path
 
@@ -15,8 +19,10 @@ from .chartlib import (
     HELMS,
     NAMESPACE,
     RELEASE,
+    REQUIRED_VALUES,
     VALUES_CASES,
     Rendering,
+    chart_copy,
     run,
     template_cmd,
     tool,
@@ -25,31 +31,37 @@ from .chartlib import (
 
 # Per values case: (maxReplicaCount, worker.concurrency, kinds it renders). The issue's note quotes this table.
 EXPECTED: dict[str, tuple[int, int, dict[str, int]]] = {
-    "default": (1, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 2, "Service": 2,
-                       "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "default": (1, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1, "Service": 3,
+                   "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "e2e-local": (2, 5, {"ConfigMap": 1, "Deployment": 1, "Pod": 1, "PodDisruptionBudget": 1, "ScaledObject": 1,
+                   "Secret": 1, "Service": 1, "ServiceAccount": 1}),
+    "e2e-pods": (5, 2, {"ConfigMap": 2, "Deployment": 2, "Pod": 1, "PodDisruptionBudget": 1, "ScaledObject": 1,
+                        "Secret": 2, "Service": 4, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "existing-secrets": (3, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "PodDisruptionBudget": 1,
+                   "ScaledObject": 1, "Service": 3, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "external-redis-tls": (3, 5, {"ConfigMap": 1, "Deployment": 1, "Pod": 1, "PodDisruptionBudget": 1,
+                   "ScaledObject": 1, "Service": 1, "ServiceAccount": 1, "TriggerAuthentication": 1}),
+    "plan-100-threads": (10, 10, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "PodDisruptionBudget": 1,
+                   "ScaledObject": 1, "Secret": 1, "Service": 3, "ServiceAccount": 1, "StatefulSet": 1,
+                   "TriggerAuthentication": 1}),
+    "plan-15-threads": (3, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "PodDisruptionBudget": 1,
+                   "ScaledObject": 1, "Secret": 1, "Service": 3, "ServiceAccount": 1, "StatefulSet": 1,
+                   "TriggerAuthentication": 1}),
     "plan-5-threads": (1, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1,
-                              "Service": 2, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
-    "plan-15-threads": (3, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1,
-                               "Service": 2, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
-    "plan-50-threads": (5, 10, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1,
-                                "Service": 2, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
-    "plan-100-threads": (10, 10, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1,
-                                  "Service": 2, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
-    "external-redis-tls": (3, 5, {"ConfigMap": 1, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Service": 1,
-                                  "ServiceAccount": 1, "TriggerAuthentication": 1}),
-    "existing-secrets": (3, 5, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Service": 2,
-                                "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
-    "simulator-staging": (2, 5, {"ConfigMap": 2, "Deployment": 2, "Pod": 1, "ScaledObject": 1, "Secret": 2,
-                                 "Service": 3, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
-    "production": (5, 10, {"ConfigMap": 3, "Deployment": 1, "NetworkPolicy": 3, "Pod": 1,
-                           "PodDisruptionBudget": 1, "PrometheusRule": 1, "ScaledObject": 1, "Service": 2,
-                           "ServiceAccount": 1, "ServiceMonitor": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
-    "e2e-local": (2, 5, {"ConfigMap": 1, "Deployment": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1, "Service": 1,
-                         "ServiceAccount": 1}),
+                   "Service": 3, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "plan-50-threads": (5, 10, {"ConfigMap": 2, "Deployment": 1, "Pod": 1, "PodDisruptionBudget": 1,
+                   "ScaledObject": 1, "Secret": 1, "Service": 3, "ServiceAccount": 1, "StatefulSet": 1,
+                   "TriggerAuthentication": 1}),
+    "production": (5, 10, {"ConfigMap": 3, "Deployment": 1, "NetworkPolicy": 3, "Pod": 1, "PodDisruptionBudget": 1,
+                   "PrometheusRule": 1, "ScaledObject": 1, "Service": 3, "ServiceAccount": 1, "ServiceMonitor": 1,
+                   "StatefulSet": 1, "TriggerAuthentication": 1}),
+    "simulator-staging": (2, 5, {"ConfigMap": 2, "Deployment": 2, "Pod": 1, "PodDisruptionBudget": 1,
+                   "ScaledObject": 1, "Secret": 2, "Service": 4, "ServiceAccount": 1, "StatefulSet": 1,
+                   "TriggerAuthentication": 1}),
     "gateway-multi-tenant": (2, 10, {"ConfigMap": 3, "Deployment": 2, "HorizontalPodAutoscaler": 1, "Ingress": 1,
-                                     "NetworkPolicy": 4, "Pod": 1, "PodDisruptionBudget": 1, "PrometheusRule": 1,
-                                     "ScaledObject": 1, "Secret": 1, "Service": 3, "ServiceAccount": 1,
-                                     "ServiceMonitor": 2, "StatefulSet": 1, "TriggerAuthentication": 1}),
+                   "NetworkPolicy": 4, "Pod": 1, "PodDisruptionBudget": 1, "PrometheusRule": 1, "ScaledObject": 1,
+                   "Secret": 1, "Service": 3, "ServiceAccount": 1, "ServiceMonitor": 2, "StatefulSet": 1,
+                   "TriggerAuthentication": 1}),
 }
 
 
@@ -65,8 +77,8 @@ def test_helm_versions(helm: str, helm_env: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("case", VALUES_CASES)
 @pytest.mark.parametrize("helm", HELMS)
-def test_lint_strict(helm: str, case: str, offline_chart: Path, helm_env: dict[str, str]) -> None:
-    proc = run([tool(helm), "lint", "--strict", offline_chart, "--namespace", NAMESPACE, *values_args(case)],
+def test_lint_strict(helm: str, case: str, chart: Path, helm_env: dict[str, str]) -> None:
+    proc = run([tool(helm), "lint", "--strict", chart, "--namespace", NAMESPACE, *values_args(case)],
                env=helm_env, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 chart(s) failed" in proc.stdout
@@ -115,8 +127,8 @@ def _without_random(docs: list[dict]) -> list[dict]:
 
 
 @pytest.mark.parametrize("helm", HELMS)
-def test_without_keda_fixed_replicas(helm: str, offline_chart: Path, helm_env: dict[str, str]) -> None:
-    out = run(template_cmd(helm, offline_chart, "default", "--set", "keda.enabled=false",
+def test_without_keda_fixed_replicas(helm: str, chart: Path, helm_env: dict[str, str]) -> None:
+    out = run(template_cmd(helm, chart, "default", "--set", "keda.enabled=false",
                            "--set", "worker.replicas=1"), env=helm_env).stdout
     r = Rendering(helm, "no-keda", out)
     assert "ScaledObject" not in r.kinds() and "TriggerAuthentication" not in r.kinds()
@@ -124,13 +136,13 @@ def test_without_keda_fixed_replicas(helm: str, offline_chart: Path, helm_env: d
 
 
 @pytest.mark.parametrize("helm", HELMS)
-def test_upgrade_threads_changes_cap_and_rolls_workers(helm: str, offline_chart: Path,
+def test_upgrade_threads_changes_cap_and_rolls_workers(helm: str, chart: Path,
                                                        helm_env: dict[str, str]) -> None:
     """`helm upgrade --set captchaai.threads=50` must raise the cap and change the pod template."""
 
     def render(*sets: str) -> Rendering:
         args = [a for s in sets for a in ("--set", s)]
-        return Rendering(helm, "x", run(template_cmd(helm, offline_chart, "plan-15-threads", *args),
+        return Rendering(helm, "x", run(template_cmd(helm, chart, "plan-15-threads", *args),
                                         env=helm_env).stdout)
 
     before, same, after = render(), render(), render("captchaai.threads=50")
@@ -160,14 +172,32 @@ def test_upgrade_threads_changes_cap_and_rolls_workers(helm: str, offline_chart:
         (["externalRedis.host=redis.example"], "Both redis.enabled=true and externalRedis.host are set"),
         (["redis.enabled=false"], "No Redis configured"),
         (["worker.concurency=5"], "additional properties 'concurency' not allowed"),
+        (["captchaai.existingSecret="], "No CaptchaAI API key: set captchaai.existingSecret"),
+        (["worker.lifecycle.preStop.exec.command={sleep,20}", "worker.drainGraceSeconds=200",
+          "worker.terminationGracePeriodSeconds=210"],
+         "worker.terminationGracePeriodSeconds (210) must be greater than the preStop hook of worker.lifecycle (20s)"
+         " + worker.drainGraceSeconds (200) = 220"),
+        (["worker.lifecycle.preStop.sleep.seconds=15", "worker.terminationGracePeriodSeconds=214"],
+         "(214) must be greater than the preStop hook of worker.lifecycle (15s) + worker.drainGraceSeconds (200)"),
+        (["redis.maxmemory=256mb"], "redis.maxmemory (256mb) must be below redis.resources.limits.memory (256Mi)"),
+        (["redis.resources.limits.memory=lots"], "redis.resources.limits.memory (lots) is not a quantity"),
+        (["simulator.enabled=true", "simulator.replicas=2"], "at '/simulator/replicas': maximum: got 2, want 1"),
     ],
 )
-def test_fail_messages(helm: str, sets: list[str], message: str, offline_chart: Path,
+def test_fail_messages(helm: str, sets: list[str], message: str, chart: Path,
                        helm_env: dict[str, str]) -> None:
     args = [a for s in sets for a in ("--set", s)]
-    proc = run(template_cmd(helm, offline_chart, "default", *args), env=helm_env, check=False)
+    proc = run(template_cmd(helm, chart, "default", *args), env=helm_env, check=False)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_derived_grace_period_counts_the_prestop_sleep(helm: str, chart: Path, helm_env: dict[str, str]) -> None:
+    out = run(template_cmd(helm, chart, "default", "--set", "worker.lifecycle.preStop.exec.command={sh,-c,sleep 7}"),
+              env=helm_env).stdout
+    pod = Rendering(helm, "prestop", out).one("Deployment", "-worker")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 7 + 200 + 30  # preStop + drainGraceSeconds + margin
 
 
 def test_keda_dependency_entry() -> None:
@@ -185,12 +215,101 @@ def test_keda_dependency_entry() -> None:
     assert values["keda"]["enabled"] is True
 
 
+def _helm_lock_digest(deps: list[dict], locked: list[dict]) -> str:
+    """Helm's Chart.lock digest (internal/resolver HashReq): sha256 of the JSON of [Chart.yaml deps, locked deps],
+    in Go's field order and with its omitempty rules."""
+    def dep(d: dict) -> dict:
+        out = {"name": d["name"]}
+        if d.get("version"):
+            out["version"] = str(d["version"])
+        out["repository"] = d["repository"]
+        for key in ("condition", "tags", "enabled", "import-values", "alias"):
+            if d.get(key):
+                out[key] = d[key]
+        return out
+    data = json.dumps([[dep(d) for d in deps], [dep(d) for d in locked]], separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(data.encode()).hexdigest()
+
+
+def test_chart_lock_matches_chart_yaml() -> None:
+    deps = yaml.safe_load((CHART / "Chart.yaml").read_text())["dependencies"]
+    lock = yaml.safe_load((CHART / "Chart.lock").read_text())
+    assert [(d["name"], str(d["version"]), d["repository"]) for d in lock["dependencies"]] == \
+        [(d["name"], str(d["version"]), d["repository"]) for d in deps]
+    assert lock["digest"] == _helm_lock_digest(deps, lock["dependencies"])
+
+
 @pytest.mark.parametrize("helm", HELMS)
-def test_unbuilt_dependency_error_is_documented(helm: str, helm_env: dict[str, str]) -> None:
-    """The real chart (dependency declared, charts/ empty) fails with the error the README quotes."""
-    if any((CHART / "charts").glob("keda-*.tgz")):
-        pytest.skip("charts/ holds a built KEDA dependency: the unbuilt-dependency error cannot occur")
-    proc = run([tool(helm), "template", RELEASE, CHART], env=helm_env, check=False)
+def test_dependency_is_in_place_and_helm_agrees(helm: str, chart: Path, helm_env: dict[str, str]) -> None:
+    """charts/ holds the locked version (scripts/chart-dependency.sh verified its sha256); Helm reads it as ok."""
+    assert sorted(p.name for p in (chart / "charts").glob("*.tgz")) == ["keda-2.20.2.tgz"]
+    out = run([tool(helm), "dependency", "list", chart], env=helm_env).stdout
+    assert re.search(r"^keda\s+2\.20\.2\s+https://kedacore\.github\.io/charts\s+ok\s*$", out, re.M), out
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_lock_digest_is_what_helm_checks(helm: str, tmp_path: Path, helm_env: dict[str, str]) -> None:
+    """Helm's own check: an edited Chart.lock is "out of sync"; the committed one is not (offline, `helm dependency
+    build` then stops at the unreachable repository instead)."""
+    copy = chart_copy(tmp_path)
+    proc = run([tool(helm), "dependency", "build", copy], env=helm_env, check=False)
+    assert "out of sync" not in proc.stdout + proc.stderr, proc.stderr
+    lock = copy / "Chart.lock"
+    lock.write_text(re.sub(r"digest: sha256:.", "digest: sha256:x", lock.read_text()))
+    proc = run([tool(helm), "dependency", "build", copy], env=helm_env, check=False)
+    assert proc.returncode != 0 and "out of sync" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_package_carries_the_dependency(helm: str, chart: Path, tmp_path: Path, helm_env: dict[str, str]) -> None:
+    """`helm package` gives an archive that installs without `helm dependency build`: KEDA inside, tests outside."""
+    run([tool(helm), "package", chart, "--destination", tmp_path], env=helm_env)
+    archive = tmp_path / "captcha-solver-{}.tgz".format(yaml.safe_load((CHART / "Chart.yaml").read_text())["version"])
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        member = tar.extractfile("captcha-solver/charts/keda/Chart.yaml")
+        assert member is not None
+        keda = yaml.safe_load(member.read())
+    assert (keda["name"], keda["version"]) == ("keda", "2.20.2")
+    assert {"captcha-solver/Chart.yaml", "captcha-solver/Chart.lock", "captcha-solver/values.schema.json",
+            "captcha-solver/charts/keda/templates/crds/crd-scaledobjects.yaml",
+            "captcha-solver/templates/tests/test-check-pod.yaml"} <= names
+    assert not [n for n in names if n.endswith("_test.yaml") or n.endswith(".gotmpl") or ".checkov" in n], names
+    proc = run([tool(helm), "lint", "--strict", archive, *REQUIRED_VALUES], env=helm_env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = run([tool(helm), "template", RELEASE, archive, "-n", NAMESPACE, *REQUIRED_VALUES,
+               "--set", "keda.install=true", "--set", "keda.enabled=false"], env=helm_env).stdout
+    assert "name: keda-operator" in out
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_keda_install_renders_kedas_own_chart(helm: str, chart: Path, helm_env: dict[str, str]) -> None:
+    """keda.install=true: the kedacore/keda subchart renders (operator, metrics apiserver, webhooks, CRDs) with the
+    values passed under keda:, next to the chart's objects; bootstrap step 1 of the README."""
+    out = run(template_cmd(helm, chart, "default", "--set", "keda.install=true", "--set", "keda.enabled=false",
+                           "--set", "keda.image.keda.tag=2.20.2-test"), env=helm_env).stdout
+    docs = Rendering(helm, "keda-install", out).docs
+    by_kind: dict[str, set[str]] = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], set()).add(d["metadata"]["name"])
+    assert {"keda-operator", "keda-operator-metrics-apiserver", "keda-admission-webhooks"} <= by_kind["Deployment"]
+    assert {"scaledobjects.keda.sh", "triggerauthentications.keda.sh"} <= by_kind["CustomResourceDefinition"]
+    assert "v1beta1.external.metrics.k8s.io" in by_kind["APIService"]
+    assert "keda-admission" in by_kind["ValidatingWebhookConfiguration"]
+    operator = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "keda-operator")
+    assert operator["metadata"]["namespace"] == NAMESPACE
+    assert operator["spec"]["template"]["spec"]["containers"][0]["image"] == "ghcr.io/kedacore/keda:2.20.2-test"
+    assert "ScaledObject" not in by_kind, "step 1 renders no ScaledObject"
+    assert "-worker" in " ".join(by_kind["Deployment"])
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_unbuilt_dependency_error_is_documented(helm: str, tmp_path: Path, helm_env: dict[str, str]) -> None:
+    """A source checkout before `helm dependency build` (charts/ empty) fails with the error the README quotes."""
+    copy = chart_copy(tmp_path)
+    for archive in (copy / "charts").glob("*.tgz"):
+        archive.unlink()
+    proc = run([tool(helm), "template", RELEASE, copy], env=helm_env, check=False)
     assert proc.returncode != 0
     error = proc.stderr.strip().splitlines()[-1]
     assert "found in Chart.yaml, but missing in charts/ directory: keda" in error
@@ -227,3 +346,20 @@ def test_prometheus_rules_render(helm: str, renderings: dict[tuple[str, str], Re
     text = re.sub(r"\{\{\s*\$(labels|value)\b", "", " ".join(yaml.safe_dump(rule, width=10**6).split()))
     assert "{{" not in text, "template syntax left in the rules"
     assert all(r["expr"].count("captcha_solver_") for r in rules)
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_a_chart_bump_restarts_no_pod(helm: str, tmp_path: Path, helm_env: dict[str, str]) -> None:
+    """Bumping version and appVersion (the image tag pinned) changes no pod template: no label, no checksum."""
+    bumped = chart_copy(tmp_path)
+    meta = bumped / "Chart.yaml"
+    meta.write_text(re.sub(r"(?m)^(version|appVersion): .*$", r'\1: "9.9.9"', meta.read_text()))
+
+    def templates(chart: Path) -> dict[str, dict]:
+        out = run(template_cmd(helm, chart, "simulator-staging", "--set", "image.tag=0.1.0"), env=helm_env).stdout
+        return {f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]
+                for d in Rendering(helm, "bump", out).docs if d["kind"] in ("Deployment", "StatefulSet")}
+
+    before, after = templates(CHART), templates(bumped)
+    assert len(before) == 3  # worker, simulator, Redis
+    assert before == after

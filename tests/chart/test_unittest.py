@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from .chartlib import CHART, HELMS, run, tool
+from .chartlib import CHART, HELMS, chart_copy, run, tool
 
 
 @pytest.mark.parametrize("helm", HELMS)
@@ -25,9 +24,8 @@ def test_helm_unittest_suites(helm: str, helm_env: dict[str, str]) -> None:
 
 def test_helm_unittest_detects_a_broken_chart(tmp_path: Path, helm_env: dict[str, str]) -> None:
     """The suites can fail: with the cap computed as ceil instead of floor they must."""
-    chart = tmp_path / "captcha-solver"
-    shutil.copytree(CHART, chart)
-    helpers = chart / "templates" / "_helpers.tpl"
+    chart = chart_copy(tmp_path)
+    helpers = chart / "templates" / "_keda.tpl"
     text = helpers.read_text()
     floor = "{{- div (int .Values.captchaai.threads) (int .Values.worker.concurrency) -}}"
     assert floor in text

@@ -2,14 +2,17 @@
 # Builds the e2e control-plane tools from the Go module proxy, once, into .tools/e2e/bin/:
 #   etcd, kube-apiserver, kube-controller-manager, kubectl, keda (operator), keda-webhooks (admission webhooks),
 #   plus the KEDA CRDs (.tools/e2e/crds/) and KEDA's ValidatingWebhookConfiguration (.tools/e2e/keda-webhooks.yaml).
+# With --pods also what `make e2e-pods` needs for a node that runs pods: kubelet, kube-scheduler, kube-proxy (gomod/k8s-node),
+#   crictl, coredns (a trimmed build, gomod/coredns), keda-adapter (KEDA's metrics apiserver) and pause (images/pause).
 # Go's module and build caches live under .tools/e2e/go/ (apart from install-tools.sh's .tools/go) so a rebuild after a version bump is fast.
 # Each tool gets a stamp file (.tools/e2e/bin/.<tool>.stamp) holding its version; a rerun skips stamped tools.
 #
-# Usage: tests/e2e/build-tools.sh [--force] [--check] [tool ...]
+# Usage: tests/e2e/build-tools.sh [--pods] [--force] [--check] [tool ...]
+#   --pods    the node tools too (the default set is the control plane of `make e2e`)
 #   --check   exit 0 if every tool is built and stamped with the pinned version, 1 otherwise (builds nothing)
 #   --force   rebuild even if stamped
-#   --regen   rewrite the wrapper modules gomod/k8s and gomod/etcd for the pinned versions below (after a bump),
-#             then build
+#   --regen   rewrite the wrapper modules gomod/k8s, gomod/k8s-node, gomod/etcd and gomod/coredns for the pinned
+#             versions below (after a bump), then build
 # Timings of every build go to <tools dir>/logs/build-times.tsv (tool, seconds, cache state, date).
 # Built binaries are also kept in a machine-wide cache, ~/.cache/captcha-solver-tools/e2e (E2E_SHARED_CACHE; empty
 # disables it), one copy per tool@version+go.mod hash, so a fresh clone on the same machine (CI) copies them in
@@ -24,6 +27,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 K8S_VERSION=v1.35.4     # k8s.io/kubernetes; staging modules pinned to v0.35.4 in gomod/k8s/go.mod
 ETCD_VERSION=v3.6.16    # go.etcd.io/etcd/server/v3 (gomod/etcd/go.mod)
 KEDA_VERSION=v2.20.2    # github.com/kedacore/keda/v2 (built inside its module dir, honouring its replaces)
+CRICTL_VERSION=v1.37.0  # sigs.k8s.io/cri-tools (no replace lines; built inside its module dir)
+COREDNS_VERSION=v1.15.0 # github.com/coredns/coredns (gomod/coredns: main.go with the plugins the cluster DNS uses)
 
 TOOLS_DIR=${E2E_TOOLS_DIR:-$ROOT/.tools/e2e}
 mkdir -p "$TOOLS_DIR" && TOOLS_DIR=$(cd "$TOOLS_DIR" && pwd)
@@ -39,24 +44,32 @@ NICE=(nice -n 19)
 SHARED_CACHE=${E2E_SHARED_CACHE-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/captcha-solver-tools/e2e}
 
 ALL_TOOLS=(etcd kube-apiserver kube-controller-manager kubectl keda keda-webhooks keda-crds)
+POD_TOOLS=(kubelet kube-scheduler kube-proxy crictl coredns keda-adapter pause)
 WEBHOOKS_YAML=$TOOLS_DIR/keda-webhooks.yaml
-force=0 check=0 regen=0 want=()
+force=0 check=0 regen=0 pods=0 want=()
 for a in "$@"; do
   case $a in
+    --pods) pods=1 ;;
     --force) force=1 ;;
     --check) check=1 ;;
     --regen) regen=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) want+=("$a") ;;
   esac
 done
-[ ${#want[@]} -gt 0 ] || want=("${ALL_TOOLS[@]}")
+if [ ${#want[@]} = 0 ]; then
+  want=("${ALL_TOOLS[@]}")
+  [ $pods = 0 ] || want+=("${POD_TOOLS[@]}")
+fi
 
 version_of() {
   case $1 in
     etcd) echo "$ETCD_VERSION" ;;
-    kube-apiserver|kube-controller-manager|kubectl) echo "$K8S_VERSION" ;;
-    keda|keda-webhooks|keda-crds) echo "$KEDA_VERSION" ;;
+    kube-apiserver|kube-controller-manager|kubectl|kubelet|kube-scheduler|kube-proxy) echo "$K8S_VERSION" ;;
+    keda|keda-webhooks|keda-crds|keda-adapter) echo "$KEDA_VERSION" ;;
+    crictl) echo "$CRICTL_VERSION" ;;
+    coredns) echo "$COREDNS_VERSION" ;;
+    pause) echo local ;;
     *) echo "unknown tool $1" >&2; return 1 ;;
   esac
 }
@@ -65,7 +78,10 @@ stamp_content() {
   local t=$1 extra=""
   case $t in
     etcd) extra=$(cat "$HERE/gomod/etcd/go.mod" "$HERE/gomod/etcd/go.sum" | sha256sum | cut -c1-16) ;;
+    kubelet|kube-scheduler|kube-proxy) extra=$(cat "$HERE/gomod/k8s-node/go.mod" "$HERE/gomod/k8s-node/go.sum" | sha256sum | cut -c1-16) ;;
     kube-*|kubectl) extra=$(cat "$HERE/gomod/k8s/go.mod" "$HERE/gomod/k8s/go.sum" | sha256sum | cut -c1-16) ;;
+    coredns) extra=$(cat "$HERE/gomod/coredns/go.mod" "$HERE/gomod/coredns/go.sum" "$HERE/gomod/coredns/main.go" | sha256sum | cut -c1-16) ;;
+    pause) extra=$(cat "$HERE/images/pause/go.mod" "$HERE/images/pause/main.go" | sha256sum | cut -c1-16) ;;
     keda-crds) extra=with-webhooks ;;   # layout: crds/*.yaml + keda-webhooks.yaml
   esac
   echo "$t $(version_of "$t") $extra"
@@ -142,6 +158,15 @@ regen_modules() {
   rm -f "$HERE/gomod/k8s/go.sum"
   (cd "$HERE/gomod/k8s" && go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
     "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION")
+  # the node tools: same replace lines, own module (so adding them never changes the control plane's stamps)
+  sed -e 's|builds kube-apiserver, kube-controller-manager and kubectl|builds kubelet, kube-scheduler and kube-proxy|' \
+    -e 's|module captcha-solver/e2e/k8s-tools|module captcha-solver/e2e/k8s-node-tools|' \
+    -e '/^tool (/,$d' "$HERE/gomod/k8s/go.mod" > "$HERE/gomod/k8s-node/go.mod"
+  rm -f "$HERE/gomod/k8s-node/go.sum"
+  (cd "$HERE/gomod/k8s-node" && go get -tool "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-proxy@$K8S_VERSION")
+  sed -i '/^require/,$d' "$HERE/gomod/coredns/go.mod"; rm -f "$HERE/gomod/coredns/go.sum"
+  (cd "$HERE/gomod/coredns" && go get "github.com/coredns/coredns@$COREDNS_VERSION" && go mod tidy)
   {
     echo "// Wrapper module: builds etcd (go.etcd.io/etcd/server/v3) from the module proxy. Kept separate from the"
     echo "// k8s wrapper so minimal version selection does not raise either side's pinned dependencies."
@@ -150,7 +175,8 @@ regen_modules() {
   } > "$HERE/gomod/etcd/go.mod"
   rm -f "$HERE/gomod/etcd/go.sum"
   (cd "$HERE/gomod/etcd" && go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
-  echo "build-tools: regenerated gomod/k8s ($K8S_VERSION, staging $sv) and gomod/etcd ($ETCD_VERSION)"
+  echo "build-tools: regenerated gomod/k8s, gomod/k8s-node ($K8S_VERSION, staging $sv), gomod/etcd ($ETCD_VERSION)" \
+    "and gomod/coredns ($COREDNS_VERSION)"
 }
 [ $regen = 0 ] || regen_modules
 
@@ -164,7 +190,7 @@ k8s_ldflags() {
   local v=$K8S_VERSION minor date
   minor=$(echo "$v" | cut -d. -f2)
   # Build date = the module's publication time, so builds are reproducible.
-  date=$(cd "$HERE/gomod/k8s" && go list -m -json "k8s.io/kubernetes" 2>/dev/null | sed -n 's/.*"Time": "\(.*\)".*/\1/p')
+  date=$(cd "$HERE/gomod/${1:-k8s}" && go list -m -json "k8s.io/kubernetes" 2>/dev/null | sed -n 's/.*"Time": "\(.*\)".*/\1/p')
   [ -n "$date" ] || date=1970-01-01T00:00:00Z
   local ld="" p
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -172,6 +198,13 @@ k8s_ldflags() {
     ld+=" -X $p.gitTreeState=archive -X $p.buildDate=$date"
   done
   echo "$ld -s -w"
+}
+
+module_dir() {  # module_dir MODULE@VERSION: download it and print its directory in the module cache
+  local dir
+  dir=$(cd /tmp && go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [ -d "$dir" ] || { echo "could not download $1" >&2; return 1; }
+  echo "$dir"
 }
 
 build_one() {
@@ -184,25 +217,34 @@ build_one() {
       (cd "$HERE/gomod/k8s" && "${NICE[@]}" go build -trimpath -tags selinux,notest,grpcnotrace \
         -ldflags "$(k8s_ldflags)" -o "$out.tmp" "k8s.io/kubernetes/cmd/$t")
       ;;
-    keda)
-      local dir
-      dir=$(cd /tmp && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-      [ -d "$dir" ] || { echo "could not download keda module" >&2; return 1; }
+    kubelet|kube-scheduler|kube-proxy)
+      (cd "$HERE/gomod/k8s-node" && "${NICE[@]}" go build -trimpath -tags selinux,notest,grpcnotrace \
+        -ldflags "$(k8s_ldflags k8s-node)" -o "$out.tmp" "k8s.io/kubernetes/cmd/$t")
+      ;;
+    keda|keda-webhooks|keda-adapter)
+      local dir cmd
+      case $t in keda) cmd=operator ;; keda-webhooks) cmd=webhooks ;; keda-adapter) cmd=adapter ;; esac
+      dir=$(module_dir "github.com/kedacore/keda/v2@$KEDA_VERSION")
       # Built inside the module dir so KEDA's own replace lines apply (go install would ignore them).
       (cd "$dir" && "${NICE[@]}" go build -trimpath \
         -ldflags "-s -w -X=github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v} -X=github.com/kedacore/keda/v2/version.GitCommit=module-proxy" \
-        -o "$out.tmp" ./cmd/operator)
+        -o "$out.tmp" "./cmd/$cmd")
       ;;
-    keda-webhooks)
+    crictl)
       local dir
-      dir=$(cd /tmp && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+      dir=$(module_dir "sigs.k8s.io/cri-tools@$CRICTL_VERSION")
       (cd "$dir" && "${NICE[@]}" go build -trimpath \
-        -ldflags "-s -w -X=github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v} -X=github.com/kedacore/keda/v2/version.GitCommit=module-proxy" \
-        -o "$out.tmp" ./cmd/webhooks)
+        -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=${CRICTL_VERSION#v}" -o "$out.tmp" ./cmd/crictl)
+      ;;
+    coredns)
+      (cd "$HERE/gomod/coredns" && "${NICE[@]}" go build -trimpath -ldflags "-s -w" -o "$out.tmp" .)
+      ;;
+    pause)
+      (cd "$HERE/images/pause" && "${NICE[@]}" go build -trimpath -ldflags "-s -w" -o "$out.tmp" .)
       ;;
     keda-crds)
       local dir
-      dir=$(cd /tmp && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+      dir=$(module_dir "github.com/kedacore/keda/v2@$KEDA_VERSION")
       rm -f "$CRDS"/*.yaml
       cp "$dir"/config/crd/bases/*.yaml "$CRDS"/
       cp "$dir"/config/webhooks/validation_webhooks.yaml "$WEBHOOKS_YAML"

@@ -4,8 +4,14 @@
 #        -> kube-controller-manager (deployment, replicaset, garbage-collector, namespace, serviceaccount controllers)
 #        -> KEDA CRDs + KEDA operator + KEDA admission webhooks (out of cluster; E2E_KEDA_WEBHOOKS=0: no webhooks).
 # Pods are created by the ReplicaSets but stay Pending: there is no scheduler and no node.
+# With --pods (`make e2e-pods`) it is a one-node cluster that runs pods instead: the API server on the node IP of a
+# pod bridge, kube-controller-manager with all its controllers (HPA, node lifecycle, endpoints, PV binder, ...),
+# kube-scheduler, the node of node.sh (containerd + runc, bridge CNI, kubelet, kube-proxy in iptables mode), the
+# images of images.sh imported, and CoreDNS (addons/coredns.yaml). No KEDA processes: KEDA comes from its chart.
 #
 # Usage: tests/e2e/cluster.sh up [--bare]   start everything (--bare: no KEDA CRDs and no KEDA operator)
+#        tests/e2e/cluster.sh up --pods     the one-node cluster that runs pods (root; see node.sh)
+#        tests/e2e/cluster.sh packages      install the node's Debian packages (apt-get)
 #        tests/e2e/cluster.sh keda [--no-crds]  apply the KEDA CRDs (unless already there, e.g. from a chart) and
 #                                           start the operator (after `up --bare`)
 #        tests/e2e/cluster.sh down          stop every process of this cluster and delete its state
@@ -30,6 +36,8 @@ PIDS=$STATE/pids
 KUBECONFIG_FILE=$STATE/admin.kubeconfig
 KEDA_NS=keda
 STOP_TIMEOUT=${E2E_STOP_TIMEOUT:-15}
+# shellcheck source=node.sh
+. "$HERE/node.sh"
 
 log() { echo "cluster[$NAME] $(date +%T) $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -61,8 +69,11 @@ cluster_pids() {
 
 stop_all() {
   local f pg n
-  # reverse start order: keda, kcm, apiserver, etcd (and anything else registered, e.g. redis)
-  for n in keda-webhooks keda kube-controller-manager kube-apiserver etcd; do
+  # the node first (its pods through the CRI, then kubelet, kube-proxy, containerd, mounts, cgroups, network)
+  local node_rc=0
+  node_down || node_rc=1
+  # reverse start order: keda, scheduler, kcm, apiserver, etcd (and anything else registered, e.g. redis)
+  for n in keda-webhooks keda kube-scheduler kube-controller-manager kube-apiserver etcd; do
     f=$PIDS/$n.pid
     [ -f "$f" ] || continue
     pg=$(cat "$f")
@@ -86,6 +97,7 @@ stop_all() {
   fi
   left=$(cluster_pids || true)
   [ -z "$left" ] || { log "processes still alive: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ,)")"; return 1; }
+  return $node_rc
 }
 
 gen_pki() {
@@ -103,10 +115,13 @@ gen_pki() {
         -out "$1.crt" 2>/dev/null
       rm -f "$1.csr" "$1.ext"
     }
-    leaf apiserver "/CN=kube-apiserver" "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.0.0.1
+    leaf apiserver "/CN=kube-apiserver" "subjectAltName=IP:127.0.0.1,IP:$NODE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.0.0.1
 extendedKeyUsage=serverAuth
 keyUsage=critical,digitalSignature,keyEncipherment"
     leaf admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth
+keyUsage=critical,digitalSignature,keyEncipherment"
+    # the aggregator's client cert towards extension API servers (KEDA's metrics apiserver)
+    leaf front-proxy-client "/CN=front-proxy-client" "extendedKeyUsage=clientAuth
 keyUsage=critical,digitalSignature,keyEncipherment"
     # KEDA's gRPC metrics service reads ca.crt/tls.crt/tls.key from --cert-dir
     leaf keda "/CN=keda-operator" "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:keda-operator.keda.svc
@@ -121,14 +136,14 @@ keyUsage=critical,digitalSignature,keyEncipherment"
 }
 
 write_kubeconfig() {
-  local port=$1
+  local port=$1 host=${2:-127.0.0.1}
   cat > "$KUBECONFIG_FILE" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: e2e
   cluster:
-    server: https://127.0.0.1:$port
+    server: https://$host:$port
     certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
 users:
 - name: admin
@@ -208,12 +223,18 @@ PY
 }
 
 cmd_up() {
-  local bare=0
+  local bare=0 pods=0
   [ "${1:-}" = "--bare" ] && bare=1
+  [ "${1:-}" = "--pods" ] && pods=1 bare=1
   local b
   for b in etcd kube-apiserver kube-controller-manager kubectl; do
     [ -x "$BIN/$b" ] || die "$BIN/$b missing: run tests/e2e/build-tools.sh"
   done
+  if [ $pods = 1 ]; then
+    for b in kubelet kube-scheduler kube-proxy crictl; do
+      [ -x "$BIN/$b" ] || die "$BIN/$b missing: run tests/e2e/build-tools.sh --pods"
+    done
+  fi
   [ $bare = 1 ] || [ -x "$BIN/keda" ] || die "$BIN/keda missing: run tests/e2e/build-tools.sh"
   if [ -d "$PIDS" ] && [ -n "$(ls -A "$PIDS" 2>/dev/null)" ]; then
     log "cluster $NAME seems to be running already; stopping it first"
@@ -227,9 +248,25 @@ cmd_up() {
   trap 'exit 143' TERM
   local t0=$SECONDS
   gen_pki
-  local etcd_port peer_port api_port
+  local etcd_port peer_port api_port api_host=127.0.0.1
   etcd_port=$(free_port); peer_port=$(free_port); api_port=$(free_port)
   echo "ETCD_PORT=$etcd_port API_PORT=$api_port" > "$STATE/ports"
+  local api_args=(--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none
+    --authorization-mode=RBAC)
+  if [ $pods = 1 ]; then
+    # Pods reach the API server through the Service kubernetes (10.0.0.1:443 -> the node IP, kept by the lease
+    # reconciler); it reaches kubelets by InternalIP (logs, exec) and KEDA's metrics apiserver by endpoint IP.
+    node_net_up
+    api_host=$NODE_IP
+    api_args=(--bind-address="$NODE_IP" --advertise-address="$NODE_IP" --endpoint-reconciler-type=lease
+      --authorization-mode=Node,RBAC --kubelet-preferred-address-types=InternalIP
+      --kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key"
+      --requestheader-client-ca-file="$PKI/ca.crt" --requestheader-allowed-names=front-proxy-client
+      --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group
+      --requestheader-extra-headers-prefix=X-Remote-Extra-
+      --proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key"
+      --enable-aggregator-routing=true)
+  fi
 
   start_proc etcd "$BIN/etcd" --name=e2e --data-dir="$STATE/etcd-data" \
     --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
@@ -239,23 +276,29 @@ cmd_up() {
 
   start_proc kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_port" --etcd-prefix=/registry \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+    "${api_args[@]}" --secure-port="$api_port" \
     --cert-dir="$PKI/apiserver-certdir" \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
     --client-ca-file="$PKI/ca.crt" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
-    --authorization-mode=RBAC --endpoint-reconciler-type=none --profiling=false \
+    --profiling=false \
     --v=1 ${E2E_APISERVER_ARGS:-}
-  wait_http kube-apiserver "https://127.0.0.1:$api_port/readyz" 120 \
+  wait_http kube-apiserver "https://$api_host:$api_port/readyz" 120 \
     --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key"
-  write_kubeconfig "$api_port"
-  log "kube-apiserver ready on https://127.0.0.1:$api_port ($("$BIN/kube-apiserver" --version))"
+  write_kubeconfig "$api_port" "$api_host"
+  log "kube-apiserver ready on https://$api_host:$api_port ($("$BIN/kube-apiserver" --version))"
 
+  local kcm_args=(--controllers=deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller)
+  if [ $pods = 1 ]; then
+    # every on-by-default controller (HPA, node lifecycle, endpoints/slices, statefulset, PV binder, disruption,
+    # root CA publisher, ...) except those that need a cloud or a CSR signer; HPA syncs every 5 s
+    kcm_args=(--controllers='*,-certificatesigningrequest-signing-controller,-cloud-node-lifecycle-controller,-node-route-controller,-service-lb-controller,-node-ipam-controller'
+      --horizontal-pod-autoscaler-sync-period=5s --node-monitor-grace-period=20s)
+  fi
   start_proc kube-controller-manager "$BIN/kube-controller-manager" \
-    --kubeconfig="$KUBECONFIG_FILE" --leader-elect=false --secure-port=0 \
-    --controllers=deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller \
+    --kubeconfig="$KUBECONFIG_FILE" --leader-elect=false --secure-port=0 "${kcm_args[@]}" \
     --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
     --use-service-account-credentials=false --concurrent-deployment-syncs=5 --v=1
   # ready when the default ServiceAccount appears (serviceaccount controller is running)
@@ -267,15 +310,34 @@ cmd_up() {
   done
   log "kube-controller-manager running"
 
+  [ $pods = 0 ] || pods_up
   [ $bare = 1 ] || start_keda
   UP_DONE=1
   trap - EXIT INT TERM
   log "cluster up in $((SECONDS - t0))s; KUBECONFIG=$KUBECONFIG_FILE"
 }
 
+# The rest of `up --pods`: scheduler, the node with the images imported, CoreDNS.
+pods_up() {
+  local images
+  start_proc kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KUBECONFIG_FILE" --leader-elect=false \
+    --secure-port=0 --v=1
+  images=$("$HERE/images.sh") || die "images.sh failed (logs in ${TOOLS_DIR#"$ROOT"/}/logs/image-*.log)"
+  echo "$images" > "$STATE/images"
+  # shellcheck disable=SC2046
+  node_up $(awk '{print $3}' <<<"$images")
+  sed "s|IMAGE|$(awk '$1 == "coredns" {print $2}' <<<"$images")|" "$HERE/addons/coredns.yaml" | kc apply -f - >/dev/null
+  local start=$SECONDS
+  until [ "$(kc -n kube-system get deploy coredns -o jsonpath='{.status.readyReplicas}' 2>/dev/null)" = 1 ]; do
+    [ $((SECONDS - start)) -lt 120 ] || { kc -n kube-system describe pods -l k8s-app=kube-dns | tail -30 >&2; die "CoreDNS not Ready after 120s"; }
+    sleep 0.5
+  done
+  log "CoreDNS Ready on $CLUSTER_DNS after $((SECONDS - start))s"
+}
+
 cmd_status() {
   local n
-  for n in etcd kube-apiserver kube-controller-manager keda keda-webhooks; do
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy keda keda-webhooks; do
     if alive "$n"; then echo "$n running pid $(cat "$PIDS/$n.pid")"; else echo "$n not running"; fi
   done
 }
@@ -296,7 +358,8 @@ case ${1:-} in
     echo "export KUBECONFIG=$KUBECONFIG_FILE"
     echo "export PATH=$BIN:\$PATH" ;;
   status) cmd_status ;;
+  packages) node_packages ;;
   logs) tail -n "${3:-50}" "$LOGS/${2:-keda}.log" ;;
   pids) cluster_pids ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  *) sed -n '2,23p' "$0"; exit 2 ;;
 esac

@@ -13,10 +13,11 @@
 #   3. `helm upgrade --set captchaai.threads=...` -> ScaledObject maxReplicaCount, HPA maxReplicas and the pod template
 #      change (new ReplicaSet), KEDA's replicas survive the upgrade, `helm history` has the revision, rollback works
 #
-# The KEDA chart cannot be downloaded offline. The releases use a temporary copy of the chart: for 1-3 without the
-# dependency entry (like the chart's own tests); for 4 with a stand-in `keda` subchart that ships exactly what makes
-# the bootstrap problem -- the KEDA CRDs as templates (like kedacore/keda's chart, templates/crds/, gated on
-# crds.install) -- while the operator itself runs as a process (cluster.sh keda --no-crds).
+# Releases 1-3 install the chart itself with its real KEDA dependency in charts/ (scripts/chart-dependency.sh;
+# keda.install stays false: the operator runs as a process). For 4 a copy carries a stand-in `keda` subchart that
+# ships exactly what makes the bootstrap problem -- the KEDA CRDs as templates (like kedacore/keda's chart,
+# templates/crds/, gated on crds.install) -- because KEDA's own Deployments and APIService cannot run on this
+# cluster without a node (`make e2e-pods` installs the real KEDA chart on a node that runs it).
 #
 # Env: E2E_HELMS="helm3 helm4" (which helms), E2E_KEEP=1 (leave the last cluster running for debugging),
 #      E2E_SKIP_BOOTSTRAP=1 (skip scenario 4), E2E_TOOLS_DIR (where build-tools.sh keeps the binaries). Timings: printed at the end and in .tools/e2e/results/timings.tsv.
@@ -109,22 +110,15 @@ step0() {
   [ -f "$CHART_SRC/Chart.yaml" ] || fail "chart missing: $CHART_SRC"
   [ -f "$VALUES" ] || fail "values example missing: $VALUES"
 
-  # (a) chart without the dependency entry
-  CHART_NODEP=$WORK/nodep/captcha-solver
-  mkdir -p "$WORK/nodep"; cp -r "$CHART_SRC" "$CHART_NODEP"
-  rm -rf "$CHART_NODEP/charts" "$CHART_NODEP/Chart.lock"
-  strip_dependencies "$CHART_NODEP/Chart.yaml"
+  # (a) the chart as users get it: its dependency in charts/
+  "$ROOT/scripts/chart-dependency.sh"
+  CHART_REAL=$CHART_SRC
   # (b) chart with a stand-in `keda` subchart holding the KEDA CRDs as templates (what the real one ships)
   CHART_SUB=$WORK/sub/captcha-solver
   mkdir -p "$WORK/sub"; cp -r "$CHART_SRC" "$CHART_SUB"
   rm -rf "$CHART_SUB/charts" "$CHART_SUB/Chart.lock"
   make_keda_standin "$CHART_SUB/charts/keda" \
     "$(awk '/^dependencies:/{d=1} d && /^ *version:/{gsub(/["'"'"' ]/,"",$2); print $2; exit}' "$CHART_SRC/Chart.yaml")"
-}
-
-strip_dependencies() {  # drop the top-level `dependencies:` block of a Chart.yaml
-  awk '/^dependencies:/{skip=1; next} skip && /^[^ #-]/{skip=0} !skip' "$1" > "$1.tmp" && mv "$1.tmp" "$1"
-  ! grep -q '^dependencies:' "$1" || fail "could not strip dependencies from $1"
 }
 
 make_keda_standin() {  # make_keda_standin DIR VERSION
@@ -219,7 +213,7 @@ scenario4() {
 
   # 4b: chart alone (KEDA not installed at all)
   # shellcheck disable=SC2046
-  if helm_install "$helm" "nokeda-$helm" "$ns" "$CHART_NODEP" $(common_sets boot); then
+  if helm_install "$helm" "nokeda-$helm" "$ns" "$CHART_REAL" $(common_sets boot); then
     fail "4b: install with keda.enabled=true on a cluster without KEDA CRDs unexpectedly succeeded"
   fi
   say "4b ($helm, no KEDA, keda.enabled=true default) failed as expected: $(grep -m1 'Error' "$WORK/nokeda-$helm.out")"
@@ -233,12 +227,12 @@ scenario4() {
   [ "$(release_status "$helm" "$rel" "$ns")" = deployed ] || fail "4c step 1: release not deployed"
   kubectl wait --for condition=established --timeout=60s crd/scaledobjects.keda.sh crd/triggerauthentications.keda.sh >/dev/null \
     || fail "4c step 1: KEDA CRDs not established"
-  grep -q 'helm upgrade .*--reuse-values --set keda.enabled=true' "$WORK/$rel.out" \
+  grep -q 'helm upgrade .*--reset-then-reuse-values --set keda.enabled=true' "$WORK/$rel.out" \
     || say "4c: note: NOTES.txt did not print the step-2 command"
   say "4c step 1 deployed: KEDA CRDs installed by the (stand-in) subchart, worker with fixed replicas=$(spec_replicas "$ns" "$(worker_name "$rel")")"
   cluster keda --no-crds   # the operator of the subchart, as a process
-  "$helm" upgrade "$rel" "$CHART_SUB" -n "$ns" --reuse-values --set keda.enabled=true >"$WORK/$rel.up.out" 2>&1 \
-    || { cat "$WORK/$rel.up.out"; fail "4c step 2 (upgrade --reuse-values --set keda.enabled=true) failed"; }
+  "$helm" upgrade "$rel" "$CHART_SUB" -n "$ns" --reset-then-reuse-values --set keda.enabled=true >"$WORK/$rel.up.out" 2>&1 \
+    || { cat "$WORK/$rel.up.out"; fail "4c step 2 (upgrade --reset-then-reuse-values --set keda.enabled=true) failed"; }
   local so; so=$(worker_name "$rel")
   wait_keda_ready "$ns" "$so"
   wait_until 60 "worker scaled to 0 by KEDA" replicas_eq "$ns" "$so" 0 || fail "4c: KEDA did not take the worker to 0"
@@ -284,7 +278,7 @@ scenario1() {  # scenario1 HELM REL NS QUEUE
     fail "1: Pod Security admission is not enforcing in $ns (a privileged pod was admitted)"
   fi
   # shellcheck disable=SC2046
-  helm_install "$helm" "$rel" "$ns" "$CHART_NODEP" $(common_sets "$q") \
+  helm_install "$helm" "$rel" "$ns" "$CHART_REAL" $(common_sets "$q") \
     || { cat "$WORK/$rel.out"; fail "1: $helm install failed"; }
   record "helm-install($helm)" $((SECONDS - s))
   if grep -q 'violate PodSecurity' "$WORK/$rel.out"; then cat "$WORK/$rel.out"; fail "1: the worker pod template violates Pod Security restricted"; fi
@@ -358,7 +352,7 @@ scenario3() {  # scenario3 HELM REL NS QUEUE
   rcli RPUSH "{$q}:pending" u1 >/dev/null
   wait_until 60 "scaled to 1 before upgrade" replicas_ge "$ns" "$so" 1 || fail "3: not scaled up before the upgrade"
   s=$SECONDS
-  "$helm" upgrade "$rel" "$CHART_NODEP" -n "$ns" --reuse-values --set captchaai.threads="$threads1" >"$WORK/$rel.up.out" 2>&1 \
+  "$helm" upgrade "$rel" "$CHART_REAL" -n "$ns" --reset-then-reuse-values --set captchaai.threads="$threads1" >"$WORK/$rel.up.out" 2>&1 \
     || { cat "$WORK/$rel.up.out"; fail "3: helm upgrade failed"; }
   record "helm-upgrade($helm)" $((SECONDS - s))
   so_max_is "$ns" "$so" "$max1" || fail "3: ScaledObject maxReplicaCount not $max1 after upgrade"
@@ -368,7 +362,7 @@ scenario3() {  # scenario3 HELM REL NS QUEUE
     || fail "3: pod template unchanged after the threads upgrade (no new ReplicaSet)"
   say "3: pod template changed: ReplicaSet $hash0 -> $(tmpl_hash "$ns" "$rel") ($(rs_count "$ns" "$rel") ReplicaSets); env CAPTCHAAI_THREADS in ConfigMap: $(kubectl -n "$ns" get cm "$so" -o jsonpath='{.data.CAPTCHAAI_THREADS}' 2>/dev/null || echo '?')"
   replicas_ge "$ns" "$so" 1 || fail "3: helm upgrade reset KEDA's replicas to $(spec_replicas "$ns" "$so")"
-  say "3: replicas still $(spec_replicas "$ns" "$so") after the upgrade (the chart does not template spec.replicas)"
+  say "3: replicas still $(spec_replicas "$ns" "$so") after the upgrade (the chart re-applies the live count)"
   "$helm" history "$rel" -n "$ns" > "$WORK/$rel.history"
   sed 's/^/      | /' "$WORK/$rel.history"
   [ "$(tail -n +2 "$WORK/$rel.history" | wc -l)" = 2 ] || fail "3: helm history does not show 2 revisions"

@@ -1,5 +1,5 @@
 {{/*
-The gateway (captcha-worker gateway, docs/gateway.md): names, its tenants file, its environment, its validation.
+The gateway (captcha-worker gateway, docs/gateway.md): names, its tenants file, its environment (its values checks: validate.gateway in _validate.tpl).
 Its templates are gateway-*.yaml; every one renders only with gateway.enabled.
 */}}
 
@@ -80,36 +80,6 @@ Its templates are gateway-*.yaml; every one renders only with gateway.enabled.
 {{- end -}}
 {{- end -}}
 {{- toYaml $env -}}
-{{- end -}}
-
-{{/* Every problem with the gateway's values, collected and failed once (as the chart's own validation does). */}}
-{{- define "captcha-solver.gateway.validate" -}}
-{{- $g := .Values.gateway -}}
-{{- $msgs := list -}}
-{{- if not $g.tenants -}}
-{{- $msgs = append $msgs "gateway.tenants: at least one tenant is needed (name and threads)" -}}
-{{- end -}}
-{{- $names := list -}}
-{{- $reserved := 0 -}}
-{{- range $g.tenants -}}
-{{- if has .name $names -}}
-{{- $msgs = append $msgs (printf "gateway.tenants: %s is listed twice" .name) -}}
-{{- end -}}
-{{- $names = append $names .name -}}
-{{- if gt (int (.reserved | default 0)) (int .threads) -}}
-{{- $msgs = append $msgs (printf "gateway.tenants: %s reserves %d threads, more than its %d" .name (int .reserved) (int .threads)) -}}
-{{- end -}}
-{{- $reserved = add $reserved (int (.reserved | default 0)) -}}
-{{- end -}}
-{{- if gt (int $reserved) (int $.Values.captchaai.threads) -}}
-{{- $msgs = append $msgs (printf "gateway.tenants: reserved threads add up to %d, more than captchaai.threads (%d)" (int $reserved) (int $.Values.captchaai.threads)) -}}
-{{- end -}}
-{{- if and $g.autoscaling.enabled (lt (int $g.autoscaling.maxReplicas) (int $g.autoscaling.minReplicas)) -}}
-{{- $msgs = append $msgs "gateway.autoscaling: maxReplicas is below minReplicas" -}}
-{{- end -}}
-{{- if $msgs -}}
-{{- fail (printf "\n\nVALUES VALIDATION:\n%s" (join "\n" $msgs)) -}}
-{{- end -}}
 {{- end -}}
 
 {{/* Checksums that roll the gateway pods when their tenants or secrets change. */}}

@@ -1,0 +1,68 @@
+{{/* vim: set filetype=mustache: */}}
+{{/* The thread budget, the replica bounds it gives, and how the ScaledObject measures demand. */}}
+
+{{/* The plan's cap on worker replicas: floor(threads / concurrency). */}}
+{{- define "captcha-solver.replicaCap" -}}
+{{- div (int .Values.captchaai.threads) (int .Values.worker.concurrency) -}}
+{{- end -}}
+
+{{/* KEDA maxReplicaCount: the cap, or a lower explicit keda.scaledObject.maxReplicaCount. */}}
+{{- define "captcha-solver.maxReplicaCount" -}}
+{{- $cap := include "captcha-solver.replicaCap" . | int -}}
+{{- $explicit := .Values.keda.scaledObject.maxReplicaCount -}}
+{{- if kindIs "invalid" $explicit -}}{{ $cap }}{{- else -}}{{ int $explicit }}{{- end -}}
+{{- end -}}
+
+{{/* The least number of worker pods: KEDA min, or fixed replicas. */}}
+{{- define "captcha-solver.minReplicas" -}}
+{{- if .Values.keda.enabled -}}{{ int .Values.keda.scaledObject.minReplicaCount }}{{- else -}}{{ int .Values.worker.replicas }}{{- end -}}
+{{- end -}}
+
+{{/* The most worker pods that may run at once: KEDA max, or fixed replicas. */}}
+{{- define "captcha-solver.maxReplicas" -}}
+{{- if .Values.keda.enabled -}}{{ include "captcha-solver.maxReplicaCount" . }}{{- else -}}{{ int .Values.worker.replicas }}{{- end -}}
+{{- end -}}
+
+{{/*
+The worker Deployment's spec.replicas while KEDA scales it: the count the cluster runs now, read back (lookup), so
+that `helm upgrade` never resets it -- neither on the switch keda.enabled false -> true (the previous manifest had
+`replicas`, and Helm 3's three-way merge and Helm 4's server-side apply would both drop it to the default 1) nor on
+any later upgrade. "" on a first install and in `helm template` (no cluster): the field is then left out.
+*/}}
+{{- define "captcha-solver.worker.liveReplicas" -}}
+{{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (include "captcha-solver.worker.fullname" .) -}}
+{{- if and $live (hasKey (default dict $live.spec) "replicas") -}}
+{{- int $live.spec.replicas -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The lists KEDA watches, as JSON: name (the formula's variable), list (the Redis key), activation. pending and the
+seed guide's list (compat.queueList) wake pods from zero past activationListLength; processing keeps them while
+anything is in flight.
+*/}}
+{{- define "captcha-solver.keda.lists" -}}
+{{- $so := .Values.keda.scaledObject -}}
+{{- $q := .Values.queue.name -}}
+{{- $lists := list (dict "name" "pending" "list" (printf "{%s}:pending" $q) "activation" (int $so.activationListLength)) -}}
+{{- if $so.processingTrigger }}{{- $lists = append $lists (dict "name" "processing" "list" (printf "{%s}:processing" $q) "activation" 0) }}{{- end -}}
+{{- with .Values.compat.queueList }}{{- $lists = append $lists (dict "name" "compat" "list" . "activation" (int $so.activationListLength)) }}{{- end -}}
+{{- toJson $lists -}}
+{{- end -}}
+
+{{/*
+One demand metric for the HPA: the lists' sum (pending + processing [+ compat]), in slots (target = worker.concurrency per replica). Two
+triggers would each give the HPA a replica count and the HPA takes the larger, not the sum: 2 full pods plus 9
+pending stayed at 2. The formula is 0 below the activation (nothing in flight and at most activationListLength
+pending), so KEDA scales to zero exactly as a single pending trigger with that activation would.
+*/}}
+{{- define "captcha-solver.keda.formula" -}}
+{{- $lists := include "captcha-solver.keda.lists" . | fromJsonArray -}}
+{{- $conds := list -}}
+{{- $names := list -}}
+{{- range $lists -}}
+{{- $conds = append $conds (printf "%s > %d" .name (int .activation)) -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- printf "%s ? %s : 0" (join " || " $conds) (join " + " $names) -}}
+{{- end -}}

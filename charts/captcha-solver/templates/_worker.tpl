@@ -1,0 +1,160 @@
+{{/* vim: set filetype=mustache: */}}
+{{/* The worker: its configuration (ConfigMap + Secret-backed env), volumes, termination and roll checksums. The
+     helm test pod and the simulator run the same image with the same helpers. */}}
+
+{{- define "captcha-solver.simulator.url" -}}
+{{- printf "http://%s.%s.svc.%s:%d" (include "captcha-solver.simulator.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.simulator.port) -}}
+{{- end -}}
+
+{{- define "captcha-solver.captchaaiUrl" -}}
+{{- if .Values.captchaai.url -}}
+{{- .Values.captchaai.url -}}
+{{- else if .Values.simulator.enabled -}}
+{{- include "captcha-solver.simulator.url" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Threads the simulator serves: simulator.threads, else the plan's captchaai.threads. */}}
+{{- define "captcha-solver.simulator.threads" -}}
+{{- if kindIs "invalid" .Values.simulator.threads -}}{{ int .Values.captchaai.threads }}{{- else -}}{{ int .Values.simulator.threads }}{{- end -}}
+{{- end -}}
+
+{{/* Seconds a preStop hook of worker.lifecycle takes before SIGTERM reaches the worker: a `sleep` action, or an
+     exec command that sleeps ("sleep N", ["sleep", "N"], ["sh", "-c", "sleep N"]). 0 without one. */}}
+{{- define "captcha-solver.worker.preStopSeconds" -}}
+{{- $pre := dig "preStop" dict .Values.worker.lifecycle -}}
+{{- if dig "sleep" "seconds" "" $pre -}}
+{{- int (dig "sleep" "seconds" 0 $pre) -}}
+{{- else -}}
+{{- $cmd := join " " (dig "exec" "command" list $pre) -}}
+{{- $m := regexFind "sleep +[0-9]+" $cmd -}}
+{{- if $m -}}{{- regexFind "[0-9]+" $m -}}{{- else -}}0{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* terminationGracePeriodSeconds: explicit, else preStop + drainGraceSeconds + terminationGraceMarginSeconds (the
+     kubelet counts a preStop hook in the grace period: SIGTERM reaches the worker only after it). */}}
+{{- define "captcha-solver.terminationGracePeriodSeconds" -}}
+{{- $explicit := .Values.worker.terminationGracePeriodSeconds -}}
+{{- if kindIs "invalid" $explicit -}}
+{{- add (include "captcha-solver.worker.preStopSeconds" . | int) (int .Values.worker.drainGraceSeconds) (int .Values.worker.terminationGraceMarginSeconds) -}}
+{{- else -}}
+{{- int $explicit -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Names the user set in worker.extraEnv (they replace the chart's variables of the same name). */}}
+{{- define "captcha-solver.worker.extraEnvNames" -}}
+{{- $names := list -}}
+{{- range .Values.worker.extraEnv -}}{{- $names = append $names .name -}}{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
+{{/* Non-secret settings (the worker ConfigMap), as a YAML map. */}}
+{{- define "captcha-solver.worker.config" -}}
+{{- $cfg := dict
+  "CAPTCHAAI_THREADS" (toString (int .Values.captchaai.threads))
+  "CAPTCHAAI_MONTHLY_PRICE" (toString .Values.captchaai.monthlyPrice)
+  "WORKER_CONCURRENCY" (toString (int .Values.worker.concurrency))
+  "QUEUE_NAME" .Values.queue.name
+  "REDIS_URL" (include "captcha-solver.redis.url" .)
+  "METRICS_HOST" "0.0.0.0"
+  "METRICS_PORT" (toString (int .Values.metrics.port))
+  "LEASE_SECONDS" (toString (int .Values.queue.leaseSeconds))
+  "MAX_ATTEMPTS" (toString (int .Values.queue.maxAttempts))
+  "RESULT_TTL_SECONDS" (toString (int .Values.queue.resultTtlSeconds))
+  "TASK_TTL_SECONDS" (toString (int .Values.queue.taskTtlSeconds))
+  "DEAD_LETTER_MAX" (toString (int .Values.queue.deadLetterMax))
+  "MAX_TASK_BYTES" (toString (int .Values.queue.maxTaskBytes))
+  "SOLVE_TIMEOUT_SECONDS" (toString (int .Values.worker.solveTimeoutSeconds))
+  "DRAIN_GRACE_SECONDS" (toString (int .Values.worker.drainGraceSeconds))
+  "UNSOLVABLE_RETRIES" (toString (int .Values.worker.unsolvableRetries))
+  "HTTP_TIMEOUT_SECONDS" (toString (int .Values.worker.httpTimeoutSeconds))
+  "THREADSINFO_INTERVAL_SECONDS" (toString (int .Values.worker.threadsinfoIntervalSeconds))
+  "COMPAT_RESULTS_HASH" (toString .Values.worker.compatResultsHash)
+  "LOG_LEVEL" .Values.worker.logLevel
+-}}
+{{- $url := include "captcha-solver.captchaaiUrl" . -}}
+{{- if $url }}{{- $_ := set $cfg "CAPTCHAAI_URL" $url -}}{{- end -}}
+{{- with .Values.compat.queueList }}{{- $_ := set $cfg "COMPAT_QUEUE_LIST" . -}}{{- end -}}
+{{- if eq (include "captcha-solver.redis.tls" .) "true" -}}
+{{- $_ := set $cfg "REDIS_TLS_INSECURE" (toString .Values.externalRedis.tls.insecureSkipVerify) -}}
+{{- if .Values.externalRedis.tls.caSecret -}}
+{{- $_ := set $cfg "REDIS_TLS_CA_FILE" (printf "/etc/captcha-solver/redis-ca/%s" .Values.externalRedis.tls.caSecretKey) -}}
+{{- end -}}
+{{- end -}}
+{{- range (include "captcha-solver.worker.extraEnvNames" . | fromJsonArray) -}}
+{{- $_ := unset $cfg . -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* Secret-backed env plus worker.extraEnv, merged by name (extraEnv wins), as a YAML list. */}}
+{{- define "captcha-solver.worker.env" -}}
+{{- $env := list -}}
+{{- $env = append $env (dict "name" "CAPTCHAAI_KEY" "valueFrom" (dict "secretKeyRef" (dict "name" (include "captcha-solver.apiKeySecretName" .) "key" .Values.captchaai.existingSecretKey))) -}}
+{{- $secret := include "captcha-solver.redis.secretName" . -}}
+{{- if $secret -}}
+{{- $ukey := include "captcha-solver.redis.usernameKey" . -}}
+{{- if $ukey -}}
+{{- $env = append $env (dict "name" "REDIS_USERNAME" "valueFrom" (dict "secretKeyRef" (dict "name" $secret "key" $ukey))) -}}
+{{- end -}}
+{{- if include "captcha-solver.redis.hasPassword" . -}}
+{{- $env = append $env (dict "name" "REDIS_PASSWORD" "valueFrom" (dict "secretKeyRef" (dict "name" $secret "key" (include "captcha-solver.redis.passwordKey" .)))) -}}
+{{- end -}}
+{{- end -}}
+{{- $extraNames := include "captcha-solver.worker.extraEnvNames" . | fromJsonArray -}}
+{{- $merged := list -}}
+{{- range $env -}}{{- if not (has .name $extraNames) -}}{{- $merged = append $merged . -}}{{- end -}}{{- end -}}
+{{- range .Values.worker.extraEnv -}}{{- $merged = append $merged . -}}{{- end -}}
+{{- toYaml $merged -}}
+{{- end -}}
+
+{{/* envFrom: the chart's ConfigMap, then the user's sources. */}}
+{{- define "captcha-solver.worker.envFrom" -}}
+- configMapRef:
+    name: {{ include "captcha-solver.worker.fullname" . }}
+{{- with .Values.worker.envFrom }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Volumes and mounts every worker-image container needs (writable /tmp, optional Redis CA). */}}
+{{- define "captcha-solver.worker.volumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if and (eq (include "captcha-solver.redis.tls" .) "true") .Values.externalRedis.tls.caSecret }}
+- name: redis-ca
+  secret:
+    secretName: {{ .Values.externalRedis.tls.caSecret }}
+    items:
+      - key: {{ .Values.externalRedis.tls.caSecretKey }}
+        path: {{ .Values.externalRedis.tls.caSecretKey }}
+{{- end }}
+{{- with .Values.worker.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "captcha-solver.worker.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if and (eq (include "captcha-solver.redis.tls" .) "true") .Values.externalRedis.tls.caSecret }}
+- name: redis-ca
+  mountPath: /etc/captcha-solver/redis-ca
+  readOnly: true
+{{- end }}
+{{- with .Values.worker.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Checksums that roll the worker pods when their configuration changes: of the settings themselves, never of
+     whole rendered files (those carry the chart version in their labels: a chart bump would roll every pod). */}}
+{{- define "captcha-solver.worker.checksums" -}}
+checksum/config: {{ include "captcha-solver.worker.config" . | sha256sum }}
+checksum/secret: {{ list .Values.captchaai.apiKey .Values.captchaai.existingSecret .Values.captchaai.existingSecretKey | toJson | sha256sum }}
+{{- /* The generated Redis password is random per render but stable in the cluster (lookup): hash only what the user controls. */}}
+checksum/redis-auth: {{ list .Values.redis.auth.password .Values.redis.auth.existingSecret .Values.externalRedis.password .Values.externalRedis.username .Values.externalRedis.existingSecret | toJson | sha256sum }}
+{{- end -}}

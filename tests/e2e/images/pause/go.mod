@@ -1,0 +1,3 @@
+module captcha-solver/e2e/pause
+
+go 1.22
