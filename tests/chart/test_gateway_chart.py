@@ -23,9 +23,9 @@ TENANTS = [{"name": "team-a", "threads": 3, "reserved": 1, "rateLimit": {"reques
 
 
 @pytest.mark.parametrize("helm", ["helm3", "helm4"])
-def test_the_rendered_gateway_config_loads(helm: str, offline_chart: Path, helm_env: dict[str, str],
+def test_the_rendered_gateway_config_loads(helm: str, chart: Path, helm_env: dict[str, str],
                                            tmp_path: Path) -> None:
-    out = run(template_cmd(helm, offline_chart, "default", "--set", "gateway.enabled=true",
+    out = run(template_cmd(helm, chart, "default", "--set", "gateway.enabled=true",
                            "--set-json", f"gateway.tenants={json.dumps(TENANTS)}"), env=helm_env).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-gateway"))

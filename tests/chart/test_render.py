@@ -59,8 +59,8 @@ EXPECTED: dict[str, tuple[int, int, dict[str, int]]] = {
                    "ScaledObject": 1, "Secret": 2, "Service": 4, "ServiceAccount": 1, "StatefulSet": 1,
                    "TriggerAuthentication": 1}),
     "gateway-multi-tenant": (2, 10, {"ConfigMap": 3, "Deployment": 2, "HorizontalPodAutoscaler": 1, "Ingress": 1,
-                   "NetworkPolicy": 4, "Pod": 1, "PodDisruptionBudget": 1, "PrometheusRule": 1, "ScaledObject": 1,
-                   "Secret": 1, "Service": 3, "ServiceAccount": 1, "ServiceMonitor": 2, "StatefulSet": 1,
+                   "NetworkPolicy": 4, "Pod": 1, "PodDisruptionBudget": 2, "PrometheusRule": 1, "ScaledObject": 1,
+                   "Secret": 1, "Service": 4, "ServiceAccount": 1, "ServiceMonitor": 2, "StatefulSet": 1,
                    "TriggerAuthentication": 1}),
 }
 
