@@ -29,7 +29,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 KEY = "0123456789abcdef0123456789abcdef"  # a well-formed key the simulator accepts
-ARQ_VENV = ROOT / ".venv" / "bench-arq"  # arq pins redis-py < 6, so it gets a venv of its own
 
 
 # -- small process helpers ----------------------------------------------------------------------------------
@@ -216,17 +215,10 @@ def _cmd_out(cmd: Sequence[str]) -> str | None:
         return None
 
 
-def arq_version() -> str | None:
-    py = ARQ_VENV / "bin" / "python"
-    if not py.exists():
-        return None
-    return _cmd_out([str(py), "-c", "import importlib.metadata as m; print(m.version('arq'), m.version('redis'))"])
-
-
 def machine_facts() -> dict[str, Any]:
     redis_version = _cmd_out(["redis-server", "--version"]) or ""
     rv = next((part.split("=", 1)[1] for part in redis_version.split() if part.startswith("v=")), redis_version)
-    arq = arq_version()
+    from bench import venvs  # imports this module
     commit = _cmd_out(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
     dirty = bool(_cmd_out(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"]))
     return {
@@ -243,8 +235,7 @@ def machine_facts() -> dict[str, Any]:
             "hiredis": _version("hiredis"),
             "aiohttp": _version("aiohttp"),
             "saq": _version("saq"),
-            "arq": arq.split()[0] if arq else None,
-            "redis-py (arq venv)": arq.split()[1] if arq and len(arq.split()) > 1 else None,
+            **venvs.versions(),
             "psutil": _version("psutil"),
             "matplotlib": _version("matplotlib"),
         },
@@ -286,3 +277,15 @@ def worker_env(redis_url: str, *, concurrency: int, threads: int, api_url: str =
                      METRICS_HOST="127.0.0.1", DRAIN_GRACE_SECONDS="1")
     env.update(extra)
     return env
+
+
+def wait_for_workers(r: Any, n: int, *, timeout: float = 30.0, settle_s: float = 0.5,
+                     procs: Sequence[subprocess.Popen[Any]] = ()) -> None:
+    """Until `n` workers registered the limit they enforce (`{captcha}:limits`), then `settle_s` for their first
+    threadsinfo read (claims wait for it). A worker that exits meanwhile fails the benchmark."""
+    deadline = time.monotonic() + timeout
+    while r.zcount("{captcha}:limits", time.time(), "+inf") < n:
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            raise RuntimeError(f"bench: {n} workers did not start")
+        time.sleep(0.05)
+    time.sleep(settle_s)

@@ -22,10 +22,10 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from captcha_worker import log
-from captcha_worker.captchaai import Answer, Solution, SolveStats, ThreadsInfo
+from captcha_worker.captchaai import Answer, Resume, Solution, SolveStats, ThreadsInfo
 from captcha_worker.config import WorkerConfig
 from captcha_worker.connection import connect
 from captcha_worker.methods import Kind
@@ -46,9 +46,14 @@ class InstantApi:
         self.reached = asyncio.Event()
 
     async def solve(self, kind: Kind, method: str, params: Mapping[str, str], *, deadline: float,
-                    unsolvable_retries: int = 1, stats: SolveStats | None = None) -> Solution:
+                    unsolvable_retries: int = 1, stats: SolveStats | None = None, resume: Resume | None = None,
+                    on_submit: Callable[[str, float], None] | None = None,
+                    hurry: Callable[[], bool] | None = None) -> Solution:
         now = time.time()
         self.calls += 1
+        captcha_id = str(10_000_000 + self.calls)
+        if on_submit is not None:  # as in.php answers: the worker records the id (its ACK overtakes it here)
+            on_submit(captcha_id, kind.solve_timeout_s)
         if self.t_first is None:
             self.t_first = time.monotonic()
             self.cpu_first = time.process_time()
@@ -59,13 +64,17 @@ class InstantApi:
             stats.started_at = now
         if self.hold is not None:
             await asyncio.sleep(random.uniform(*self.hold))
-        return Solution(Answer(repr(now)), api_calls=0, polls=0, started_at=now, solved_at=time.time())
+        return Solution(Answer(repr(now)), api_calls=0, polls=0, started_at=now, solved_at=time.time(),
+                        captcha_id=captcha_id)
 
     async def threadsinfo(self) -> ThreadsInfo:
         return ThreadsInfo(self.threads, 0)
 
     async def getbalance(self) -> float:
         return 100.0
+
+    async def report(self, captcha_id: str, *, good: bool) -> None:
+        return None
 
 
 async def _drain(n: int, result_path: str | None) -> None:

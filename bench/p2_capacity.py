@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from bench.common import ROOT, RedisServer, SimulatorProcess, log, stop_process, summary, worker_env
+from bench.common import ROOT, RedisServer, SimulatorProcess, log, stop_process, summary, wait_for_workers, worker_env
 
 LATENCY = "turnstile=20:2"
 TURNSTILE = {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}
@@ -75,11 +75,7 @@ def one_level(level: int, *, subwindows: int, subwindow_s: float, settle_s: floa
             r = rs.client()
             wp = psutil.Process(worker.pid)
             simp = psutil.Process(sim.proc.pid) if sim.proc else None
-            deadline = time.monotonic() + 20
-            while r.zcard("{captcha}:budget") < level:  # the worker holds its budget units: ready to claim
-                if worker.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"P2: worker did not start at level {level}")
-                time.sleep(0.05)
+            wait_for_workers(r, 1, procs=[worker])  # registered, plan read: ready to claim
             t0 = time.monotonic()
             # the worker with its slots and budget but no task: its CPU floor (timers, heartbeats, blocking claim)
             i0, it0 = _cpu(wp), time.monotonic()

@@ -35,7 +35,17 @@ import sys
 import time
 from typing import Any
 
-from bench.common import ROOT, RedisServer, SimulatorProcess, log, percentile, python_env, stop_process, summary
+from bench.common import (
+    ROOT,
+    RedisServer,
+    SimulatorProcess,
+    log,
+    percentile,
+    python_env,
+    stop_process,
+    summary,
+    wait_for_workers,
+)
 from bench.common import worker_env as _worker_env
 
 KINDS = ("turnstile", "recaptcha_v2", "image")
@@ -374,9 +384,7 @@ def real_run(*, speed: float, n: int, reps: int) -> dict[str, Any]:
                                       THREADSINFO_INTERVAL_SECONDS="3600")
                     proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], env=env, cwd=ROOT,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    deadline = time.monotonic() + 20
-                    while r.zcard("{captcha}:budget") < n and time.monotonic() < deadline:
-                        time.sleep(0.05)
+                    wait_for_workers(r, 1, procs=[proc])
                 else:
                     proc = subprocess.Popen([sys.executable, "-m", "bench.seed_baseline", "worker", "--redis-url",
                                              rs.url, "--api-url", sim.url, "--key", "0123456789abcdef0123456789abcdef",

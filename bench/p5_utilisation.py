@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from bench.common import ROOT, RedisServer, SimulatorProcess, log, stop_process, summary, worker_env
+from bench.common import ROOT, RedisServer, SimulatorProcess, log, stop_process, summary, wait_for_workers, worker_env
 
 TURNSTILE = {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}
 
@@ -47,11 +47,7 @@ def one_run(*, threads: int, backlog: int, workers: int, concurrency: int, speed
                                  API_TIME_SCALE=str(speed))
                 procs.append(subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], env=env, cwd=ROOT,
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            deadline = time.monotonic() + 30
-            while (r.zcard("{captcha}:budget") < threads or r.zcard("{captcha}:workers") < workers) \
-                    and time.monotonic() < deadline:
-                time.sleep(0.05)
-            budget_units = int(r.zcard("{captcha}:budget"))
+            wait_for_workers(r, workers, procs=procs)
             sim.reset()
             t0 = time.monotonic()
             asyncio.run(_push(rs.url, backlog))
@@ -85,7 +81,6 @@ def one_run(*, threads: int, backlog: int, workers: int, concurrency: int, speed
         "over_cap_rejections": int(final["over_cap_rejections"]),
         "max_in_flight": int(final["max_in_flight"]),
         "solved": int(final["solved"]),
-        "budget_units_held": budget_units,
         "in_flight_sampled_mean": sum(s[1] for s in steady) / len(steady) if steady else None,
         "in_flight_sampled_min": min(s[1] for s in steady) if steady else None,
         "series": series,

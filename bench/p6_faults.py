@@ -29,7 +29,17 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.common import ROOT, RedisServer, SimulatorProcess, log, percentile, stop_process, summary, worker_env
+from bench.common import (
+    ROOT,
+    RedisServer,
+    SimulatorProcess,
+    log,
+    percentile,
+    stop_process,
+    summary,
+    wait_for_workers,
+    worker_env,
+)
 
 PARAMS = {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}
 FAULTS = {"html502": 0.10, "nonjson": 0.10, "reset": 0.10, "server_error": 0.10, "slow": 0.05}
@@ -114,9 +124,7 @@ def _stack(*, faults: dict[str, float], slow_s: float, seed: int, workers: int, 
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
         try:
             r = rs.client()
-            deadline = time.monotonic() + 30
-            while r.zcard("{captcha}:budget") < min(threads, workers * concurrency) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for_workers(r, workers, procs=procs)
             yield rs, sim
         finally:
             for p in procs:

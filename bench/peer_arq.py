@@ -1,18 +1,19 @@
-"""P1 child for arq. Runs in its own venv (``.venv/bench-arq``: arq pins redis-py < 6), so it imports nothing
-from this repo.  Logging is configured as arq's CLI does by default (INFO, one line per job start and end).
+"""P1 peer: arq, one worker (``.venv/bench-arq``: arq pins redis-py < 6). Logging as arq's CLI configures it by
+default (INFO, one line per job start and one per job end).
 
-    python bench/peer_arq.py produce|produce-gather --port P --n N --result F
-    python bench/peer_arq.py work --port P --n N --concurrency C --poll-delay S --result F
+Variants: ``default`` (``poll_delay`` 0.5 s, arq's default) and ``tuned`` (0.01 s: arq polls its queue, a sorted
+set, and sleeps ``poll_delay`` whenever it found fewer jobs than free slots). Results are kept (``keep_result``,
+3600 s by default); a job is done when ``after_job_end`` runs, after its result was recorded and the job removed.
+
+    python -m bench.peer_arq produce|work --variant default|tuned --url URL --n N [--concurrency C] [--gather]
+        --result F
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import logging.config
 import sys
-import time
 from typing import Any
 
 from arq import create_pool
@@ -20,76 +21,40 @@ from arq.connections import RedisSettings
 from arq.logs import default_log_config
 from arq.worker import Worker, func
 
-PARAMS = {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"}
-GATHER = 50
+from bench.peer_common import PARAMS, Tracker, enqueue_all, parse_args, run_child, serve_until
+
+POLL_DELAY = {"default": 0.5, "tuned": 0.01}
 
 
-async def produce(port: int, n: int, gather: bool) -> dict[str, Any]:
-    pool = await create_pool(RedisSettings(host="127.0.0.1", port=port))
-    t = time.perf_counter()
-    if gather:
-        sem = asyncio.Semaphore(GATHER)
-
-        async def one() -> None:
-            async with sem:
-                await pool.enqueue_job("noop", **PARAMS)
-
-        await asyncio.gather(*(one() for _ in range(n)))
-    else:
-        for _ in range(n):
-            await pool.enqueue_job("noop", **PARAMS)
-    elapsed = time.perf_counter() - t
+async def produce(url: str, n: int, gather: bool) -> dict[str, Any]:
+    pool = await create_pool(RedisSettings.from_dsn(url))
+    seconds = await enqueue_all(n, gather, lambda: pool.enqueue_job("noop", **PARAMS))
     await pool.aclose()
-    return {"n": n, "seconds": elapsed}
+    return {"n": n, "seconds": seconds}
 
 
-async def work(port: int, n: int, concurrency: int, poll_delay: float) -> dict[str, Any]:
-    state: dict[str, Any] = {"calls": 0, "done": 0}
+async def work(url: str, n: int, concurrency: int, poll_delay: float) -> dict[str, Any]:
     finished = asyncio.Event()
+    tracker = Tracker(n, finished.set)
 
     async def noop(ctx: Any, **kwargs: Any) -> None:
-        state["calls"] += 1
-        if state["calls"] == 1:
-            state["t_first"] = time.monotonic()
-            state["cpu_first"] = time.process_time()
-        if state["calls"] == n:
-            state["t_nth"] = time.monotonic()
+        tracker.started()
 
     async def after_job_end(ctx: Any) -> None:  # after the result was recorded
-        state["done"] += 1
-        if state["done"] == n:
-            state["t_done"] = time.monotonic()
-            state["cpu_done"] = time.process_time()
-            finished.set()
+        tracker.finished()
 
-    worker = Worker(functions=[func(noop, name="noop")], redis_settings=RedisSettings(host="127.0.0.1", port=port),
+    worker = Worker(functions=[func(noop, name="noop")], redis_settings=RedisSettings.from_dsn(url),
                     max_jobs=concurrency, poll_delay=poll_delay, handle_signals=False, after_job_end=after_job_end)
-    run = asyncio.create_task(worker.async_run())
-    await finished.wait()
-    run.cancel()
-    await asyncio.gather(run, return_exceptions=True)
+    await serve_until(finished, worker.async_run())
     await worker.close()
-    return {"n": n, "calls": state["calls"], "first_to_nth_s": state["t_nth"] - state["t_first"],
-            "first_to_done_s": state["t_done"] - state["t_first"], "cpu_s": state["cpu_done"] - state["cpu_first"]}
+    return tracker.result()
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="peer_arq")
-    p.add_argument("mode", choices=["produce", "produce-gather", "work"])
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--n", type=int, required=True)
-    p.add_argument("--concurrency", type=int, default=50)
-    p.add_argument("--poll-delay", type=float, default=0.5)
-    p.add_argument("--result", required=True)
-    ns = p.parse_args(argv)
+    ns = parse_args("peer_arq", tuple(POLL_DELAY), argv)
     logging.config.dictConfig(default_log_config(verbose=False))
-    if ns.mode == "work":
-        out = asyncio.run(work(ns.port, ns.n, ns.concurrency, ns.poll_delay))
-    else:
-        out = asyncio.run(produce(ns.port, ns.n, ns.mode == "produce-gather"))
-    with open(ns.result, "w") as f:
-        json.dump(out, f)
-    return 0
+    return run_child(ns, lambda: produce(ns.url, ns.n, ns.gather),
+                     lambda: work(ns.url, ns.n, ns.concurrency, POLL_DELAY[ns.variant]))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Run the benchmarks: ``python -m bench.run [p1 .. p8] [--smoke] [--out DIR]`` (``make bench`` runs all).
 
 Full mode writes ``bench/results/<name>.json``, the plots in ``docs/img/`` and rewrites the generated tables of
-``docs/benchmarks.md`` (``python -m bench.report``).  ``--smoke`` runs every benchmark at toy sizes in well under
-a minute (no timing assertions: the test suite checks the files and their keys) and writes to ``--out`` only.
+``docs/benchmarks.md`` (``python -m bench.report``).  ``--smoke`` runs every benchmark at toy sizes in about two
+minutes (no timing assertions: the test suite checks the files and their keys) and writes to ``--out`` only.
+Full and smoke runs of P1 build the peers' venvs when they are missing (``bench/venvs.py``).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def ensure_bench_deps() -> None:
 def _p1(smoke: bool, profile: Path | None) -> dict[str, Any]:
     from bench import p1_queue
 
-    if smoke:
-        return p1_queue.run(n=200, concurrency=10, reps=1, submit_n=200, bench_requests=2000, install=False)
+    if smoke:  # install: the first smoke run builds the peers' venvs too (bench/venvs.py), so every peer runs
+        return p1_queue.run(n=200, concurrency=10, reps=1, submit_n=200, bench_requests=2000, install=True)
     return p1_queue.run(n=10_000, concurrency=50, reps=3, submit_n=10_000, bench_requests=100_000, install=True,
                         profile_dir=profile)
 

@@ -3,9 +3,7 @@
 To add a row, append a ``Row`` to :data:`ROWS`;
 to add a series to a panel, a ``Q`` to its queries; then ``make dashboard`` regenerates the JSON and the panel
 section of docs/metrics.md, and the tests prove every query against a real Prometheus. Only metrics the worker
-exports belong here, and the gateway's for the Tenants row (tests/test_observability.py checks it): the per-worker
-budget limit and the paid-but-idle threads of the budget work become ``Q(...)`` lines of the Plan & budget row when
-the workers export them.
+exports belong here, and the gateway's for the Tenants row (tests/test_observability.py checks it).
 """
 
 from __future__ import annotations
@@ -20,9 +18,11 @@ MONTH_S = 2592000  # 30 days: the cost figure's month
 
 PLAN = Row("Plan & budget", (
     Stat("Plan threads / budget",
-         "The plan's threads as CaptchaAI reports them (threadsinfo) next to the budget the workers enforce "
-         "(captchaai.threads). They should be equal.",
-         (Q("plan", f"max({m('plan_threads')})"), Q("budget", f"max({m('budget_limit')})")), w=8),
+         "The plan's threads as CaptchaAI reports them (threadsinfo), the budget in effect (the smallest limit a "
+         "live worker enforces: captchaai.threads, or the plan's threads when fewer) and the paid threads above it "
+         "that stay idle. Plan and budget should be equal, idle 0.",
+         (Q("plan", f"max({m('plan_threads')})"), Q("budget", f"max({m('budget_limit')})"),
+          Q("paid, idle", f"max({m('plan_threads_idle')})")), w=8),
     Stat("Cost per 1 000 solves",
          "Plan price per month (captchaai.monthlyPrice) divided by the solves a 30-day month has at the solve rate "
          "of the dashboard's time range, times 1 000. The plan is paid whether threads are used or not, so idle "
@@ -53,6 +53,17 @@ PLAN = Row("Plan & budget", (
            Q("solve slots", f"sum({m('concurrency_limit')})"),
            Q("in flight", f"sum({m('in_flight')})")),
           legend=("lastNotNull", "max")),
+    Graph("Budget limits across workers",
+          "The budget in effect next to the lowest and highest captchaai.threads of the running workers: during a "
+          "helm upgrade of captchaai.threads they differ, and the lower one holds until no worker enforcing it is "
+          "left. Workers following the plan: those enforcing the plan's threads because threadsinfo reports fewer "
+          "than captchaai.threads.",
+          (Q("in effect", f"max({m('budget_limit')})"),
+           Q("configured, lowest", f"min({m('budget_configured_limit')})"),
+           Q("configured, highest", f"max({m('budget_configured_limit')})"),
+           Q("units in use", f"max({m('budget_in_use')})"),
+           Q("workers following the plan", f"sum({m('budget_follows_plan')})", right_unit="short")),
+          w=24, legend=("lastNotNull", "min", "max")),
 ))
 
 QUEUE = Row("Queue & solves", (
@@ -112,6 +123,13 @@ API = Row("CaptchaAI API", (
     Graph("API latency p95 by endpoint", "HTTP request latency of CaptchaAI calls.",
           (Q("{{api_endpoint}}", quantile(0.95, "api_request_duration_seconds", by="api_endpoint")),),
           w=6, unit="s"),
+    Graph("Solves resumed and answers reported",
+          "Solves left running at CaptchaAI by a worker that died, drained past its grace or failed its polls, "
+          "polled by the next worker instead of submitted again (answered; or submitted again: window passed, "
+          "unknown id, unsolvable); and the producers' report_bad / report_good sent to CaptchaAI.",
+          (Q("resumed: {{outcome}}", f"sum by (outcome) ({rate('resumed_solves_total')})"),
+           Q("report {{verdict}}: {{outcome}}", f"sum by (verdict, outcome) ({rate('reports_total')})")),
+          w=24, unit="reqps"),
 ))
 
 ERRORS = Row("Errors", (

@@ -171,6 +171,10 @@ class SimProc:
     def stats(self) -> dict[str, Any]:
         return self._call("stats")
 
+    def reset(self) -> None:
+        """Counters cleared, the observation window restarted (the maximum starts from the solves in flight)."""
+        self._call("reset", {})
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qs
 
@@ -19,6 +20,7 @@ from captcha_worker.captchaai import (
     FatalApiError,
     LatencyModel,
     PollSchedule,
+    Resume,
     RetryPolicy,
     SolveStats,
     SolveTimeout,
@@ -307,3 +309,94 @@ def test_polls_have_their_own_shorter_timeout() -> None:
     api = CaptchaAI(Secret(KEY), BASE, http_timeout_s=30, poll_timeout_s=5)
     assert (api._timeout.total, api._poll_timeout.total) == (30, 5)
     assert CaptchaAI(Secret(KEY), BASE, http_timeout_s=2, poll_timeout_s=5)._poll_timeout.total == 2
+
+
+# -- resumable solves (issue 12) -----------------------------------------------------------------------------
+async def _no_wait(_: float) -> None:
+    return None
+
+
+async def test_a_resumed_solve_polls_the_recorded_id_and_submits_nothing(mock: aioresponses) -> None:
+    async with CaptchaAI(Secret(KEY), BASE, retry=FAST, poll_scale=1000) as api:
+        mock.post(RES, payload={"status": 0, "request": "CAPCHA_NOT_READY"})
+        mock.post(RES, payload={"status": 1, "request": "tok"})
+        stats, told = SolveStats(), []
+        sol = await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(60),
+                              stats=stats, sleep=_no_wait, resume=Resume("777", _in(30)),
+                              on_submit=lambda cid, window: told.append(cid))
+    assert sol.answer.request == "tok" and sol.captcha_id == "777" and stats.resumed
+    assert told == [] and stats.api_calls == 2, "polls only: in.php is not called"
+    posted = [str(url) for (_, url) in mock.requests]
+    assert not any("in.php" in u for u in posted)
+    assert stats.running_s(time.time()) == 0, "answered: no solve left running"
+
+
+@pytest.mark.parametrize("reply", [{"status": 0, "request": "ERROR_WRONG_CAPTCHA_ID"},
+                                   {"status": 0, "request": "ERROR_CAPTCHA_UNSOLVABLE"}])
+async def test_a_resumed_solve_the_api_cannot_answer_is_submitted_again(mock: aioresponses,
+                                                                        reply: dict[str, object]) -> None:
+    async with CaptchaAI(Secret(KEY), BASE, retry=FAST, poll_scale=1000) as api:
+        mock.post(RES, payload=reply)
+        mock.post(IN, payload={"status": 1, "request": "888"})
+        mock.post(RES, payload={"status": 1, "request": "tok"})
+        told: list[tuple[str, float]] = []
+        sol = await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(60),
+                              sleep=_no_wait, resume=Resume("777", _in(30)), unsolvable_retries=1,
+                              on_submit=lambda cid, window: told.append((cid, window)))
+    assert sol.captcha_id == "888" and told == [("888", TURNSTILE.solve_timeout_s / 1000)]
+
+
+async def test_a_resume_past_its_window_submits_at_once(mock: aioresponses) -> None:
+    async with CaptchaAI(Secret(KEY), BASE, retry=FAST, poll_scale=1000) as api:
+        mock.post(IN, payload={"status": 1, "request": "888"})
+        mock.post(RES, payload={"status": 1, "request": "tok"})
+        stats = SolveStats()
+        sol = await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(60),
+                              stats=stats, sleep=_no_wait, resume=Resume("777", time.time() - 1))
+    assert sol.captcha_id == "888" and stats.api_calls == 2 and not stats.resumed
+
+
+async def test_a_solve_that_ends_unanswered_is_left_running_for_its_window(mock: aioresponses) -> None:
+    """Failed polls end the attempt, but the API may still be solving: the stats say until when (the worker holds
+    the budget unit that long and records the id for the next owner)."""
+    async with CaptchaAI(Secret(KEY), BASE, retry=FAST, poll_scale=1000) as api:
+        mock.post(IN, payload={"status": 1, "request": "42"})
+        for _ in range(FAST.transient_attempts):
+            mock.post(RES, status=502, body="<html>bad gateway</html>")
+        stats = SolveStats()
+        with pytest.raises(TransientError):
+            await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(60),
+                            stats=stats, sleep=_no_wait)
+    assert stats.captcha_id == "42" and 0 < stats.running_s(time.time()) <= TURNSTILE.solve_timeout_s / 1000
+
+
+def test_polls_are_dense_while_tasks_wait_for_a_thread() -> None:
+    normal, dense = PollSchedule(12, 3), PollSchedule(12, 3, dense=True)
+    assert (normal.first, normal.interval) == (9, 1.5)
+    assert dense.first == 7.5 and dense.interval == pytest.approx(0.6)
+    assert PollSchedule(5, 1.5, dense=True).interval == PollSchedule.DENSE_MIN_INTERVAL_S
+    assert dense.delay(0, elapsed=10) == 0, "a resumed solve past its first poll looks at once"
+
+
+async def test_the_poll_schedule_follows_hurry_at_each_poll(mock: aioresponses) -> None:
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    async with CaptchaAI(Secret(KEY), BASE, retry=FAST) as api:
+        mock.post(IN, payload={"status": 1, "request": "42"})
+        for _ in range(3):
+            mock.post(RES, payload={"status": 0, "request": "CAPCHA_NOT_READY"})
+        mock.post(RES, payload={"status": 1, "request": "tok"})
+        flags = iter([False, False, True, True])
+        await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(600),
+                        sleep=record, hurry=lambda: next(flags))
+    assert waits[1] == pytest.approx(1.5, rel=0.06) and waits[2] == pytest.approx(0.6, rel=0.06), waits
+
+
+def test_every_kind_can_be_answered_longer_than_the_simulator_takes() -> None:
+    from captcha_worker.simulator import SimConfig
+
+    for kind in methods.KINDS:
+        assert kind.solve_timeout_s > SimConfig().latency_for(kind).high_s, kind.name

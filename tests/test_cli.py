@@ -22,7 +22,7 @@ def env_of(stack: Any, **extra: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("command", [[], ["run"], ["simulator"], ["check"], ["submit"], ["wait"], ["stats"],
                                      ["dead-letters"], ["dead-letters", "list"], ["dead-letters", "requeue"],
-                                     ["dead-letters", "purge"], ["demo"]])
+                                     ["dead-letters", "purge"], ["demo"], ["report"]])
 def test_every_command_has_help(command: list[str]) -> None:
     proc = run_cli(*command, "--help")
     assert proc.returncode == 0 and proc.stdout.startswith("usage: captcha-worker")
@@ -91,10 +91,34 @@ def test_stats_json(stack: Any) -> None:
     proc = run_cli("stats", "--json", env=env_of(stack))
     assert proc.returncode == 0
     data = json.loads(proc.stdout)
-    assert set(data) == {"queue", "pending", "processing", "dead", "budget_in_use", "workers_alive"}
-    assert data["workers_alive"] == 2 and data["budget_in_use"] == 20
+    assert set(data) == {"queue", "pending", "processing", "dead", "budget_in_use", "budget_limit", "workers_alive"}
+    assert data["workers_alive"] == 2 and data["budget_limit"] == 20
+    assert data["budget_in_use"] == data["processing"], "a unit per solve: idle workers hold none"
     human = run_cli("stats", env=env_of(stack))
     assert "workers_alive" in human.stdout and human.returncode == 0
+
+
+def test_report_bad_and_good_reach_the_api(stack: Any) -> None:
+    import time
+    import urllib.request
+
+    def sim_reports() -> tuple[int, int]:
+        with urllib.request.urlopen(f"{stack.sim_url}/_sim/stats", timeout=5) as resp:
+            st = json.loads(resp.read())
+        return st["reportbad"], st["reportgood"]
+
+    solved = json.loads(run_cli("submit", *TURNSTILE_ARGS, "--wait", "--timeout", "60", env=env_of(stack)).stdout)
+    before = sim_reports()
+    bad = run_cli("report", "bad", solved["id"], env=env_of(stack))
+    good = run_cli("report", "good", solved["id"], env=env_of(stack))
+    assert bad.returncode == 0 and json.loads(bad.stdout) == {"id": solved["id"], "verdict": "bad", "queued": True}
+    assert good.returncode == 0 and json.loads(good.stdout)["queued"] is True
+    deadline = time.monotonic() + 20
+    while sim_reports() != (before[0] + 1, before[1] + 1) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sim_reports() == (before[0] + 1, before[1] + 1), "a worker sends each report to CaptchaAI once"
+    unknown = run_cli("report", "bad", "no-such-task", env=env_of(stack))
+    assert unknown.returncode == 1 and json.loads(unknown.stdout)["queued"] is False
 
 
 def test_check_passes_against_a_healthy_setup(stack: Any) -> None:

@@ -47,7 +47,7 @@ def test_reliability_doc_has_a_row_for_every_chaos_scenario() -> None:
     """docs/reliability.md quotes each scenario the chaos suite records (Row("name", ...) and the parametrized
     refusals); a new scenario without its row, or a row whose scenario is gone, fails here."""
     sources = "\n".join(p.read_text() for p in (ROOT / "tests" / "chaos").glob("test_*.py"))
-    scenarios = set(re.findall(r'Row\(f?"([a-z0-9-]+?)(?:-\{n_fuzz\})?"', sources))
+    scenarios = set(re.findall(r'Row\(f?"([a-z0-9-]+?)(?:-\{[a-z_]+\})?"', sources))
     scenarios |= set(re.findall(r'\("(redis-[a-z0-9-]+)", _', sources))
     assert len(scenarios) >= 15, scenarios
     doc = (ROOT / "docs" / "reliability.md").read_text()

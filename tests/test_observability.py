@@ -12,9 +12,9 @@ with values that shorten every `for:` to 5 s (`prometheusRule.alerts.<name>.for`
 |---|---|---|
 | obs-main | healthy: 2 workers, 16 threads (about half used), turnstile + reCAPTCHA, 15 % unsolvable | nothing |
 | obs-fatal | the key is revoked mid-run (`/_sim/config` keys), tasks keep coming | ApiKeyRejected, NoWorkerReady |
-| obs-capacity | a 1-thread plan answering ERROR_ZERO_BALANCE, budget set to 6 | NoPlanCapacity, PlanThreadsMismatch |
-| obs-saturated | plan of 2 threads, tasks pushed faster than 2 threads solve them | PlanSaturated |
-| obs-dead | malformed / unsupported raw tasks | DeadLettersGrowing |
+| obs-capacity | a 6-thread plan that shrinks to 1 (ERROR_ZERO_BALANCE) after the worker read it | NoPlanCapacity |
+| obs-saturated | 2-thread plan, budget 3 (followed), tasks faster than it solves | PlanSaturated, BudgetFollowsPlan |
+| obs-dead | malformed / unsupported raw tasks; budget 4 on a 16-thread plan | DeadLettersGrowing, PlanThreadsMismatch |
 | obs-reap | a worker holding 8 solves is SIGKILLed; its leases expire and are reaped | LeasesReaped |
 | obs-tenants | a gateway with two tenants: one (2 threads) floods it, the other submits now and then | TenantPinned |
 
@@ -73,6 +73,7 @@ ALERT_VALUES = {  # alert name -> its key under prometheusRule.alerts
     "CaptchaSolverPlanSaturated": "planSaturated",
     "CaptchaSolverApiKeyRejected": "apiKeyRejected",
     "CaptchaSolverNoPlanCapacity": "noPlanCapacity",
+    "CaptchaSolverBudgetFollowsPlan": "budgetFollowsPlan",
     "CaptchaSolverPlanThreadsMismatch": "planThreadsMismatch",
     "CaptchaSolverDeadLettersGrowing": "deadLettersGrowing",
     "CaptchaSolverNoWorkerReady": "noWorkerReady",
@@ -83,10 +84,10 @@ ALERT_VALUES = {  # alert name -> its key under prometheusRule.alerts
 EXPECTED: dict[str, tuple[set[str], set[str]]] = {
     "obs-main": (set(), set()),  # utilisation ~50 %: far from every threshold
     "obs-fatal": ({"CaptchaSolverApiKeyRejected", "CaptchaSolverNoWorkerReady"}, set()),
-    "obs-capacity": ({"CaptchaSolverNoPlanCapacity", "CaptchaSolverPlanThreadsMismatch"},
+    "obs-capacity": ({"CaptchaSolverNoPlanCapacity"},
                      {"CaptchaSolverPlanSaturated"}),  # 6 slots busy (backing off) with a backlog: it is saturated
-    "obs-saturated": ({"CaptchaSolverPlanSaturated"}, set()),
-    "obs-dead": ({"CaptchaSolverDeadLettersGrowing"}, set()),
+    "obs-saturated": ({"CaptchaSolverPlanSaturated", "CaptchaSolverBudgetFollowsPlan"}, set()),
+    "obs-dead": ({"CaptchaSolverDeadLettersGrowing", "CaptchaSolverPlanThreadsMismatch"}, set()),
     "obs-reap": ({"CaptchaSolverLeasesReaped"}, set()),
     "obs-tenants": ({"CaptchaSolverTenantPinned"}, {"CaptchaSolverPlanSaturated"}),  # the flood fills the plan too
 }
@@ -410,7 +411,7 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     try:
         lab.simulator("obs-main", "--threads", "16", "--fault", "unsolvable=0.15")
         lab.simulator("obs-fatal", "--threads", "5")
-        lab.simulator("obs-capacity", "--threads", "1", "--over-cap", "zero_balance", "--latency", "turnstile=40:5")
+        lab.simulator("obs-capacity", "--threads", "6", "--over-cap", "zero_balance", "--latency", "turnstile=40:5")
         lab.simulator("obs-saturated", "--threads", "2", "--latency", "turnstile=20:2")
         lab.simulator("obs-reap", "--threads", "16", "--latency", "turnstile=300:10")
         lab.simulator("obs-tenants", "--threads", "10", "--latency", "turnstile=40:5")
@@ -423,15 +424,26 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         main = [lab.worker("obs-main", f"w{i}", "obs-main", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8",
                            CAPTCHAAI_MONTHLY_PRICE="90") for i in range(2)]
         lab.worker("obs-fatal", "w0", "obs-fatal", CAPTCHAAI_THREADS="5", WORKER_CONCURRENCY="5")
-        lab.worker("obs-capacity", "w0", "obs-capacity", CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6")
-        lab.worker("obs-saturated", "w0", "obs-saturated", CAPTCHAAI_THREADS="2", WORKER_CONCURRENCY="2")
-        lab.worker("obs-dead", "w0", "obs-main", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="2")  # same plan
+        capacity = lab.worker("obs-capacity", "w0", "obs-capacity", CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6")
+        lab.worker("obs-saturated", "w0", "obs-saturated", CAPTCHAAI_THREADS="3", WORKER_CONCURRENCY="3")
+        lab.worker("obs-dead", "w0", "obs-main", CAPTCHAAI_THREADS="4", WORKER_CONCURRENCY="2")  # obs-main's plan
         victim = lab.worker("obs-reap", "w0", "obs-reap", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8",
                             LEASE_SECONDS="3")
         lab.worker("obs-reap", "w1", "obs-reap", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8", LEASE_SECONDS="3")
         lab.worker("obs-tenants", "w0", "obs-tenants", CAPTCHAAI_THREADS="10", WORKER_CONCURRENCY="10")
         for gateway in lab.gateways.values():
             wait_port(int(gateway.url.rsplit(":", 1)[1]))
+        # obs-capacity: the plan shrinks to 1 thread once the worker read 6 (it reads again only in 5 minutes)
+        assert capacity.metrics_port is not None
+        capacity_port = capacity.metrics_port
+
+        def plan_read() -> bool:
+            with contextlib.suppress(OSError, AssertionError):
+                return gauge(scrape(capacity_port), "captcha_solver_plan_threads") == 6
+            return False
+
+        wait_for(plan_read, 30, "the obs-capacity worker to read its plan")
+        lab.sim_config("obs-capacity", threads=1)
         producer = threading.Thread(target=lambda: asyncio.run(produce(lab)), daemon=True)
         producer.start()
         lab.events["producer"] = time.monotonic()

@@ -8,10 +8,22 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from captcha_worker.queue import Ack, ClaimFlag, Keys, Lookup, Queue, QueueStats, dead_entry
+from captcha_worker.queue import (
+    Ack,
+    ClaimFlag,
+    Keys,
+    Lookup,
+    Queue,
+    QueueStats,
+    Record,
+    RecordOutcome,
+    Verdict,
+    dead_entry,
+)
 from captcha_worker.task import Result, Status
 
-LEASE_ARGS = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100]  # lease s, prefixes, max bytes, dead cap
+LEASE_ARGS = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100, "w", -1]  # lease s, prefixes, max bytes, dead cap,
+# worker, its limit (none)
 
 
 def body(task_id: str, reply_to: str | None = None) -> str:
@@ -28,8 +40,8 @@ def q(any_redis: Redis) -> Queue:
 
 def test_all_keys_share_the_hash_tag() -> None:
     k = Keys("captcha")
-    names = [k.pending, k.processing, k.leases, k.orphans, k.dead, k.budget, k.workers, k.task("x"),
-             k.result("x"), k.reply("p")]
+    names = [k.pending, k.processing, k.leases, k.orphans, k.dead, k.budget, k.limits, k.workers, k.reports,
+             k.task("x"), k.result("x"), k.reply("p")]
     assert all(n.startswith("{captcha}:") for n in names)
     assert k.pending == "{captcha}:pending"  # the KEDA trigger's listName
 
@@ -38,15 +50,18 @@ async def test_push_keeps_fifo_and_priority_goes_first(q: Queue, any_redis: Redi
     await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
     await q.push([("p", body("p"))], ttl=100, front=True)
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["p", "a", "b"]
-    assert await any_redis.hget(q.keys.task("a"), "attempts") == "0"
+    assert await any_redis.hgetall(q.keys.task("a")) == {"body": body("a")}
     assert 0 < await any_redis.ttl(q.keys.task("a")) <= 100
 
 
-async def test_claim_moves_to_processing_leases_and_counts_attempts(q: Queue, any_redis: Redis) -> None:
+async def test_claim_moves_to_processing_leases_and_takes_a_unit(q: Queue, any_redis: Redis) -> None:
     await q.push([(t, body(t)) for t in "abc"], ttl=100)
-    claimed = await q.claim(2, lease_s=30)
+    claimed = await q.claim(2, lease_s=30, worker="w1")
     assert [c.item for c in claimed] == ["a", "b"]
-    assert all(c.attempts == 1 and c.body == body(c.item) and not c.done for c in claimed)
+    assert all(c.attempt == 1 and c.body == body(c.item) and not c.done for c in claimed)
+    assert [c.unit for c in claimed] == ["t:a", "t:b"] and not any(c.resumable for c in claimed)
+    assert sorted(await any_redis.zrange(q.keys.budget, 0, -1)) == ["t:a", "t:b"]
+    assert await any_redis.hget(q.keys.task("a"), "owner") == "w1"
     assert await any_redis.lrange(q.keys.processing, 0, -1) == ["a", "b"]
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["c"]
     assert await any_redis.zcard(q.keys.leases) == 2
@@ -59,7 +74,8 @@ async def test_claim_reports_an_existing_result_and_an_expired_body(q: Queue, an
     await any_redis.delete(q.keys.task("b"))
     a, b = await q.claim(2, lease_s=30)
     assert a.done and a.body is None, "a finished task's body is not shipped"
-    assert b.body is None and b.attempts == 0
+    assert b.body is None and b.failures == 0
+    assert a.unit is None and b.unit is None and await any_redis.zcard(q.keys.budget) == 0, "no API call to come"
     assert not await any_redis.exists(q.keys.task("b")), "a missing body must not be recreated without TTL"
 
 
@@ -76,7 +92,7 @@ async def test_claim_blocking_waits_for_an_item_then_leases_it(redis: Redis) -> 
     pusher = asyncio.create_task(later())
     got = await q.claim_blocking(timeout_s=5, lease_s=30)
     await pusher
-    assert got is not None and got.item == "a" and got.attempts == 1
+    assert got is not None and [c.item for c in got.items] == ["a"] and got.items[0].unit == "t:a"
     assert await any_redis.zscore(q.keys.leases, "a") is not None
 
 
@@ -91,7 +107,7 @@ async def test_ack_first_writer_wins_and_notifies_once(q: Queue, any_redis: Redi
     assert await any_redis.lrange(q.keys.reply("prod1"), 0, -1) == [first.to_json()]
     assert await any_redis.llen(q.keys.processing) == 0
     assert await any_redis.zcard(q.keys.leases) == 0
-    assert await any_redis.hgetall(q.keys.task("a")) == {"attempts": "1", "state": "done"}, \
+    assert await any_redis.hgetall(q.keys.task("a")) == {"state": "done"}, \
         "the body goes, a tombstone stays (result expired vs unknown id, idempotent submit)"
     assert 0 < await any_redis.ttl(q.keys.task("a")) <= 100, "the tombstone keeps the task's TTL"
     assert 0 < await any_redis.ttl(q.keys.result("a")) <= 60
@@ -114,18 +130,21 @@ async def test_renew_extends_and_reports_lost_leases(q: Queue, any_redis: Redis)
     assert await any_redis.zscore(q.keys.leases, "a") > before + 50
 
 
-async def test_release_requeues_and_refunds_the_attempt(q: Queue, any_redis: Redis) -> None:
+async def test_release_requeues_and_counts_only_api_side_failures(q: Queue, any_redis: Redis) -> None:
     await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
-    (a,) = await q.claim(1, lease_s=30)
-    assert await q.release(a.item, refund_attempt=True, front=True, last_error="shutdown") is True
+    (a,) = await q.claim(1, lease_s=30, worker="w")
+    assert await q.release(a.item, failure=False, front=True, last_error="shutdown", worker="w", unit=a.unit) is True
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["a", "b"]
-    assert await any_redis.hget(q.keys.task("a"), "attempts") == "0"
+    assert await any_redis.hget(q.keys.task("a"), "failures") is None
     assert await q.last_error("a") == "shutdown"
-    assert await q.release(a.item, refund_attempt=True, front=True) is False, "not in processing any more"
-    (a,) = await q.claim(1, lease_s=30)
-    await q.release(a.item, refund_attempt=False, front=False, last_error="HTTP_5XX")
+    assert await any_redis.zcard(q.keys.budget) == 0, "no solve left running: the unit is released"
+    assert await q.release(a.item, failure=False, front=True) is False, "not in processing any more"
+    (a,) = await q.claim(1, lease_s=30, worker="w")
+    await q.release(a.item, failure=True, front=False, last_error="HTTP_5XX", worker="w", unit=a.unit)
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["b", "a"]
-    assert await any_redis.hget(q.keys.task("a"), "attempts") == "1"
+    assert await any_redis.hget(q.keys.task("a"), "failures") == "1"
+    (_, a) = await q.claim(2, lease_s=30, worker="w")
+    assert a.attempt == 2 and a.deaths == 0
 
 
 async def test_reap_requeues_expired_leases_exactly_once(q: Queue, any_redis: Redis) -> None:
@@ -139,7 +158,7 @@ async def test_reap_requeues_expired_leases_exactly_once(q: Queue, any_redis: Re
     assert await any_redis.lrange(q.keys.processing, 0, -1) == ["b"]
     assert await q.last_error("a") == "lease expired"
     (again,) = await q.claim(1, lease_s=60)
-    assert again.item == "a" and again.attempts == 2
+    assert again.item == "a" and again.attempt == 1 and again.deaths == 1, "a worker death is not an attempt"
 
 
 async def test_reap_rescues_an_orphan_claimed_without_lease(q: Queue, any_redis: Redis) -> None:
@@ -159,18 +178,18 @@ async def test_a_lease_taken_in_time_clears_the_orphan_mark(q: Queue, any_redis:
     item = await any_redis.lmove(q.keys.pending, q.keys.processing, "LEFT", "RIGHT")
     await q.reap(orphan_grace_s=0.2)
     assert await any_redis.zscore(q.keys.orphans, "a") is not None
-    leased = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans, q.keys.dead],
-                            args=[item, *LEASE_ARGS])
-    assert leased[0] == "a"
+    leased = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans, q.keys.dead, q.keys.budget,
+                                  q.keys.limits, q.keys.pending], args=[item, *LEASE_ARGS])
+    assert leased[4][0] == "a"
     await asyncio.sleep(0.3)
     assert await q.reap(orphan_grace_s=0.2) == (0, 0)
     assert await any_redis.lrange(q.keys.processing, 0, -1) == ["a"]
 
 
 async def test_lease_after_blmove_refuses_an_item_the_reaper_took_back(q: Queue) -> None:
-    got = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans, q.keys.dead],
-                         args=["ghost", *LEASE_ARGS])
-    assert got == []
+    got = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans, q.keys.dead, q.keys.budget,
+                               q.keys.limits, q.keys.pending], args=["ghost", *LEASE_ARGS])
+    assert got[4] == []
 
 
 async def test_bury_dead_letters_with_reason_and_answers_the_producer(q: Queue, any_redis: Redis) -> None:
@@ -201,32 +220,133 @@ async def test_raw_seed_item_is_adopted_under_its_id(q: Queue, any_redis: Redis)
     raw = '{"id": "seed1", "method": "turnstile", "params": {"sitekey": "k", "pageurl": "https://x"}}'
     await any_redis.rpush(q.keys.pending, raw)
     (c,) = await q.claim(1, lease_s=30)
-    assert c.item == raw and c.body is None
-    attempts = await q.adopt(raw, "seed1", body("seed1"), ttl=100, lease_s=30)
-    assert attempts == 1
-    assert await any_redis.lrange(q.keys.processing, 0, -1) == ["seed1"]
-    assert await any_redis.zrange(q.keys.leases, 0, -1) == ["seed1"]
+    assert c.item == raw and c.body is None and c.unit is None, "a raw item is read before any unit is taken"
+    assert await q.adopt(raw, "seed1", body("seed1"), ttl=100) is True
+    assert await any_redis.lrange(q.keys.pending, 0, -1) == ["seed1"], "its id goes first, to be claimed as a task"
+    assert await any_redis.llen(q.keys.processing) == 0 and await any_redis.zcard(q.keys.leases) == 0
     assert await any_redis.hget(q.keys.task("seed1"), "body") == body("seed1")
-    assert await q.adopt(raw, "seed1", body("seed1"), ttl=100, lease_s=30) is None
+    assert await q.adopt(raw, "seed1", body("seed1"), ttl=100) is None
 
 
 async def test_budget_never_grants_more_than_the_limit(q: Queue) -> None:
-    granted = await asyncio.gather(*(q.budget_acquire([f"w{w}:{i}" for i in range(10)], limit=12, lease_s=30)
+    granted = await asyncio.gather(*(q.budget.acquire([f"t:w{w}-{i}" for i in range(10)], limit=12, lease_s=30)
                                      for w in range(3)))
     assert sum(len(g) for g in granted) == 12
-    seen = await q.heartbeat("w0")
-    assert (seen.budget_in_use, seen.workers_alive) == (12, 1)
+    seen = await q.heartbeat("w0", limit=12)
+    assert (seen.budget_in_use, seen.workers_alive, seen.budget_limit) == (12, 1, 12)
     holder = next(g for g in granted if len(g) >= 2)  # which caller ran first is up to the server
-    await q.budget_release(holder[:2])
-    again = await q.budget_acquire(["w9:0", "w9:1", "w9:2"], limit=12, lease_s=30)
+    await q.budget.release(holder[:2])
+    again = await q.budget.acquire(["t:x0", "t:x1", "t:x2"], limit=12, lease_s=30)
     assert len(again) == 2
 
 
-async def test_expired_budget_units_are_reclaimed_and_reported_lost(q: Queue) -> None:
-    assert await q.budget_acquire(["a:0", "a:1"], limit=2, lease_s=0.05) == ["a:0", "a:1"]
+async def test_expired_budget_units_are_reclaimed_and_renewed_ones_counted_again(q: Queue) -> None:
+    assert await q.budget.acquire(["t:a", "t:b"], limit=2, lease_s=0.05) == ["t:a", "t:b"]
     await asyncio.sleep(0.1)
-    assert await q.budget_acquire(["b:0"], limit=2, lease_s=30) == ["b:0"]
-    assert sorted(await q.budget_renew(["a:0", "a:1"], lease_s=30)) == ["a:0", "a:1"]
+    assert await q.budget.acquire(["t:c"], limit=2, lease_s=30) == ["t:c"]
+    assert sorted(await q.budget.renew(["t:a", "t:b"], lease_s=30)) == ["t:a", "t:b"], "reported lost..."
+    assert (await q.budget.state()).in_use == 3, "... and counted again: their solves run on"
+
+
+async def test_the_effective_limit_is_the_smallest_a_live_worker_enforces(q: Queue) -> None:
+    """Raising takes effect once no live worker enforces a lower limit; lowering at once."""
+    await q.heartbeat("old", limit=10, limit_alive_s=0.3)
+    await q.heartbeat("new", limit=20)
+    assert (await q.budget.state()).limit == 10
+    assert (await q.budget.state(limit=5)).limit == 5, "the caller's own limit counts too"
+    assert len(await q.budget.acquire([f"t:{i}" for i in range(30)], limit=20, lease_s=30)) == 10
+    await asyncio.sleep(0.4)  # "old" stopped heartbeating (killed): its limit lapses
+    assert (await q.budget.state()).limit == 20
+    assert len(await q.budget.acquire([f"t:{i}" for i in range(30)], limit=20, lease_s=30)) == 20
+    await q.heartbeat("new", limit=8, previous_limit=20)  # the plan shrank: this worker follows it
+    assert (await q.budget.state()).limit == 8
+    assert await q.budget.acquire(["t:more"], limit=20, lease_s=30) == [], "no unit while 20 >= 8 are in use"
+    await q.forget_worker("new", limit=8)
+    assert (await q.budget.state()).limit is None, "no live worker left: no limit known"
+
+
+async def test_a_full_budget_stops_the_claim_and_leaves_the_item_first(q: Queue, any_redis: Redis) -> None:
+    await q.push([(t, body(t)) for t in "abc"], ttl=100)
+    await any_redis.rpush(q.keys.pending, '{"id": "raw"}')
+    reply = await q.claim_reply(10, lease_s=30, worker="w", limit=2)
+    assert [c.item for c in reply.items] == ["a", "b"] and reply.budget_full
+    assert (reply.budget.limit, reply.budget.in_use, reply.pending) == (2, 2, 2)
+    assert await any_redis.lrange(q.keys.pending, 0, -1) == ["c", '{"id": "raw"}']
+    await q.ack("a", Result("a", Status.SOLVED), unit="t:a", worker="w", result_ttl=60)
+    reply = await q.claim_reply(10, lease_s=30, worker="w", limit=2)
+    assert [c.item for c in reply.items] == ["c", '{"id": "raw"}'] and not reply.budget_full
+    assert reply.items[1].unit is None, "a raw payload needs no unit (no API call before it is adopted)"
+
+
+async def test_a_solve_left_running_keeps_its_unit_and_is_resumed(q: Queue, any_redis: Redis) -> None:
+    """in.php answered (RECORD), then the worker drained past its grace: the task goes back with its captcha id and
+    its unit; the next claim takes that unit over (none free needed) and is told the id and its time left."""
+    await q.push([("a", body("a"))], ttl=100)
+    await q.claim(1, lease_s=30, worker="w1", limit=1)
+    assert await q.record(Record("a", "w1", "t:a", "9001", 60)) is RecordOutcome.RECORDED
+    assert await any_redis.hget(q.keys.task("a"), "captcha_id") == "9001"
+    assert await any_redis.zscore(q.keys.budget, "t:a") > (await any_redis.time())[0] + 50, "held past the lease"
+    await q.release("a", failure=False, front=True, worker="w1", unit="t:a", hold_s=55, captcha_id="9001")
+    assert await any_redis.zcard(q.keys.budget) == 1, "its solve may still run: the unit stays counted"
+    await q.push([("b", body("b"))], ttl=100)
+    reply = await q.claim_reply(5, lease_s=30, worker="w2", limit=1)
+    (again,) = reply.items
+    assert again.item == "a" and again.unit == "t:a" and again.captcha_id == "9001"
+    assert again.resumable and 50 < (again.captcha_left_s or 0) <= 55 and again.attempt == 1
+    assert reply.budget_full and await any_redis.lrange(q.keys.pending, 0, -1) == ["b"], "b waits for a thread"
+
+
+async def test_a_solve_whose_window_passed_is_not_resumed(q: Queue, any_redis: Redis) -> None:
+    await q.push([("a", body("a"))], ttl=100)
+    await q.claim(1, lease_s=30, worker="w1")
+    await q.record(Record("a", "w1", "t:a", "9001", 0.05))
+    await q.release("a", failure=False, front=True, worker="w1", unit="t:a", hold_s=0.05, captcha_id="9001")
+    await asyncio.sleep(0.1)
+    (again,) = await q.claim(1, lease_s=30, worker="w2", limit=1)
+    assert again.unit == "t:a" and not again.resumable, "a fresh unit, and a new submission to come"
+
+
+async def test_a_worker_that_lost_its_task_records_its_solve_apart(q: Queue, any_redis: Redis) -> None:
+    """w1 stalled past its lease; the task was reaped and w2 claimed it; then w1's in.php answered: its solve runs
+    at the API too, so it gets a unit of its own, and w2's captcha id is left alone."""
+    await q.push([("a", body("a"))], ttl=100)
+    await q.claim(1, lease_s=0.05, worker="w1")
+    await asyncio.sleep(0.1)
+    await q.reap(orphan_grace_s=60)
+    await q.claim(1, lease_s=30, worker="w2")
+    await q.record(Record("a", "w2", "t:a", "2002", 60))
+    assert await q.record(Record("a", "w1", "t:a", "1001", 60)) is RecordOutcome.STRAY
+    assert await any_redis.hget(q.keys.task("a"), "captcha_id") == "2002"
+    assert sorted(await any_redis.zrange(q.keys.budget, 0, -1)) == ["t:a", "t:a~1001"]
+    await q.ack("a", Result("a", Status.SOLVED, solution="s", captcha_id="1001"), unit="t:a~1001", worker="w1",
+                result_ttl=60)
+    assert await any_redis.zrange(q.keys.budget, 0, -1) == ["t:a"], "w1 settles only its own unit"
+
+
+async def test_ack_releases_the_unit_or_holds_it_while_the_api_may_still_solve(q: Queue, any_redis: Redis) -> None:
+    await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
+    await q.claim(2, lease_s=30, worker="w")
+    ok = Result("a", Status.SOLVED, solution="tok", captcha_id="77")
+    timeout = Result("b", Status.ERROR, code="SOLVE_TIMEOUT")
+    await q.ack_many([Ack("a", ok, unit="t:a", worker="w"), Ack("b", timeout, unit="t:b", hold_s=40, worker="w")],
+                     result_ttl=60, reply_ttl=60)
+    assert await any_redis.zrange(q.keys.budget, 0, -1) == ["t:b"]
+    assert await any_redis.hgetall(q.keys.task("a")) == {"state": "done", "captcha_id": "77"}, "kept for reports"
+    assert Result.from_json(await any_redis.get(q.keys.result("a"))).captcha_id == "77"
+
+
+async def test_reports_are_queued_only_for_solved_tasks(q: Queue, any_redis: Redis) -> None:
+    await q.push([("a", body("a")), ("b", body("b"))], ttl=100)
+    await q.claim(2, lease_s=30, worker="w")
+    assert await q.report("a", Verdict.BAD) is None, "not answered yet"
+    await q.ack("a", Result("a", Status.SOLVED, solution="tok", captcha_id="77"), unit="t:a", worker="w", result_ttl=60)
+    await q.ack("b", Result("b", Status.ERROR, code="ERROR_CAPTCHA_UNSOLVABLE"), unit="t:b", worker="w", result_ttl=60)
+    assert await q.report("a", Verdict.BAD) == "77" and await q.report("a", Verdict.GOOD) == "77"
+    assert await q.report("b", Verdict.BAD) is None and await q.report("nope", Verdict.BAD) is None
+    taken = await q.take_reports(10)
+    assert [(r.task_id, r.captcha_id, r.verdict) for r in taken] == [("a", "77", Verdict.BAD),
+                                                                      ("a", "77", Verdict.GOOD)]
+    assert await q.take_reports(10) == []
 
 
 async def test_requeue_dead_restores_the_task(q: Queue, any_redis: Redis) -> None:
@@ -237,9 +357,10 @@ async def test_requeue_dead_restores_the_task(q: Queue, any_redis: Redis) -> Non
                  dead_max=10, result_ttl=60, reply_ttl=60)
     (letter,) = await q.dead_letters()
     assert await any_redis.hget(q.keys.task("a"), "state") == "dead", "BURY keeps the body for a requeue"
+    await any_redis.hset(q.keys.task("a"), mapping={"failures": 3, "deaths": 2, "captcha_id": "5"})
     assert await q.requeue_dead(letter, ttl=100)
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["a"]
-    assert await any_redis.hgetall(q.keys.task("a")) == {"body": body("a"), "attempts": "0"}
+    assert await any_redis.hgetall(q.keys.task("a")) == {"body": body("a")}, "counts reset, no old solve resumed"
     assert not await any_redis.exists(q.keys.result("a")), "the old error result must not shadow a new solve"
     assert await q.requeue_dead(letter, ttl=100) is False
     assert await q.purge_dead() == 0
@@ -260,7 +381,7 @@ async def test_requeue_dead_raw_payload_keeps_only_a_view(q: Queue, any_redis: R
     raw = '{"id": "s", "method": "nope"}'
     await any_redis.rpush(q.keys.pending, raw)
     (c,) = await q.claim(1, lease_s=30)
-    assert c.item == raw and c.body is None and c.attempts == 1
+    assert c.item == raw and c.body is None and c.attempt == 1
     entry = dead_entry(reason="unknown method", code="UNKNOWN_METHOD", task_id="s", view='{"id":"s"}', attempts=1)
     await q.bury(c.item, entry, result=None, reply_to=None, dead_max=10, result_ttl=60, reply_ttl=60, raw=True)
     (letter,) = await q.dead_letters()
@@ -290,10 +411,10 @@ async def test_unreadable_dead_letter_entries_are_listed_not_fatal(q: Queue, any
 async def test_stats_counts_lists_budget_and_workers(q: Queue) -> None:
     await q.push([(t, body(t)) for t in "abcd"], ttl=100)
     await q.claim(1, lease_s=30)
-    await q.budget_acquire(["w:0", "w:1"], limit=5, lease_s=30)
-    assert await q.stats() == QueueStats(3, 1, 0, 2, 0), "no heartbeat yet"
-    assert await q.heartbeat("w") == QueueStats(3, 1, 0, 2, 1)
-    assert await q.stats() == QueueStats(3, 1, 0, 2, 1)
+    await q.budget.acquire(["t:x"], limit=5, lease_s=30)
+    assert await q.stats() == QueueStats(3, 1, 0, 2, 0, None), "no heartbeat yet"
+    assert await q.heartbeat("w", limit=5) == QueueStats(3, 1, 0, 2, 1, 5)
+    assert await q.stats() == QueueStats(3, 1, 0, 2, 1, 5)
 
 
 async def test_ack_many_acknowledges_a_batch_in_one_round_trip(q: Queue, any_redis: Redis) -> None:
@@ -336,7 +457,7 @@ async def test_a_batch_with_bytes_that_are_not_utf8_is_claimed_item_by_item(q: Q
     claimed = await q.claim(10, lease_s=30)
     assert [c.item for c in claimed] == ["a", b"\xff\xfe\x00poison", "  " + body("s"), "", "b"]
     assert [c.body is not None for c in claimed] == [True, False, False, False, True]
-    assert [c.attempts for c in claimed] == [1, 1, 1, 1, 1], "a raw item counts as claimed once"
+    assert [c.unit for c in claimed] == ["t:a", None, None, None, "t:b"]
     assert await any_redis.zcard(q.keys.leases) == 5
     assert await q.renew([b"\xff\xfe\x00poison", "gone"], lease_s=30) == ["gone"]
 
@@ -348,7 +469,7 @@ async def test_a_raw_item_over_the_limit_is_dead_lettered_by_the_claim_itself(re
     await any_redis.rpush(q.keys.pending, huge)
     await q.push([("a", body("a"))], ttl=100)
     big, a = await q.claim(5, lease_s=30, max_bytes=4096, dead_max=10)
-    assert big.flag is ClaimFlag.ITEM_TOO_LARGE and big.attempts == 5000 and len(big.item) == 40  # its SHA-1
+    assert big.flag is ClaimFlag.ITEM_TOO_LARGE and big.failures == 5000 and len(big.item) == 40  # its SHA-1
     assert a.item == "a" and a.flag is ClaimFlag.NONE
     assert await any_redis.lrange(q.keys.processing, 0, -1) == ["a"]
     assert await any_redis.zrange(q.keys.leases, 0, -1) == ["a"]
@@ -362,7 +483,7 @@ async def test_the_blocking_claim_buries_an_item_over_the_limit_too(redis: Redis
     q = Queue(redis, "tq")
     await redis.rpush(q.keys.pending, b"\x80" * 5000)
     got = await q.claim_blocking(timeout_s=1, lease_s=30, max_bytes=4096, dead_max=10)
-    assert got is not None and got.flag is ClaimFlag.ITEM_TOO_LARGE
+    assert got is not None and got.items[0].flag is ClaimFlag.ITEM_TOO_LARGE
     assert await redis.llen(q.keys.processing) == 0 and await redis.zcard(q.keys.leases) == 0
     assert (await q.dead_letters())[0].code == "TASK_TOO_LARGE"
 
@@ -370,16 +491,17 @@ async def test_the_blocking_claim_buries_an_item_over_the_limit_too(redis: Redis
 async def test_a_stored_body_over_the_limit_is_not_shipped(q: Queue, any_redis: Redis) -> None:
     await q.push([("a", json.dumps({"id": "a", "pad": "x" * 5000}))], ttl=100)
     (c,) = await q.claim(1, lease_s=30, max_bytes=4096)
-    assert (c.item, c.body, c.attempts, c.flag) == ("a", None, 1, ClaimFlag.BODY_TOO_LARGE)
+    assert (c.item, c.body, c.unit, c.flag) == ("a", None, None, ClaimFlag.BODY_TOO_LARGE)
 
 
 @pytest.mark.parametrize("item", ["abc\n", "a" * 129, "a b", "ünï", "{}", "-", "a" * 128, "A.b:c_d-1"])
 async def test_lua_and_python_agree_on_what_is_a_task_id(q: Queue, any_redis: Redis, item: str) -> None:
     from captcha_worker.queue import is_raw_item
 
+    await any_redis.hset(q.keys.task(item), "body", body("x"))  # a task of that name, if Lua takes it for an id
     await any_redis.rpush(q.keys.pending, item)
     (c,) = await q.claim(1, lease_s=30)
-    lua_says_raw = c.attempts == 1 and not await any_redis.exists(q.keys.task(item))
+    lua_says_raw = c.unit is None
     assert lua_says_raw == is_raw_item(item)
 
 
@@ -411,7 +533,7 @@ async def test_a_repeated_raw_push_of_a_known_id_is_dropped_on_adoption(q: Queue
     raw = body("s")
     await any_redis.rpush(q.keys.pending, raw)
     await q.claim(2, lease_s=30)
-    assert await q.adopt(raw, "s", body("s"), ttl=100, lease_s=30) == 0
+    assert await q.adopt(raw, "s", body("s"), ttl=100) is False
     assert await any_redis.lrange(q.keys.processing, 0, -1) == ["s"], "only the original stays"
 
 

@@ -153,9 +153,12 @@ async def test_a_bad_key_stops_claiming_keeps_tasks_queued_and_recovers(
 @pytest.mark.parametrize("over_cap", [OverCap.ZERO_BALANCE, OverCap.NO_SLOT, OverCap.HTTP429])
 async def test_capacity_errors_are_retried_never_failed(redis_server: Any, producer: CaptchaQueue,
                                                         over_cap: OverCap) -> None:
-    """The worker is told 6 threads but the plan has 2: the API refuses the rest, tasks still all succeed."""
-    async with simulator(threads=2, over_cap=over_cap) as sim, \
-            worker(redis_server.url, sim, CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6"):
+    """The worker is told 6 threads and threadsinfo says 6, but the plan has 2 free (it shrank since, or another
+    client uses the key): the API refuses the rest, tasks still all succeed."""
+    async with simulator(threads=6, over_cap=over_cap) as sim, \
+            worker(redis_server.url, sim, CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6") as w:
+        await asyncio.wait_for(w._plan_read.wait(), 10)
+        sim.simulator.reconfigure(dataclasses.replace(sim.simulator.config, threads=2))
         ids = await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(12)])
         outcomes = [o async for o in producer.as_completed(ids, timeout=60)]
         stats = sim.stats()
@@ -255,17 +258,56 @@ async def test_a_compat_list_outside_the_hash_slot_is_logged_once_and_dropped(
 
     from captcha_worker.queue import Queue
 
-    real_claim = Queue.claim
+    real_claim = Queue.claim_reply
 
     async def claim(self: Queue, n: int, **kw: Any) -> Any:
         if kw.get("compat_list"):
             raise rexc.ClusterCrossSlotError("Keys in request don't hash to the same slot")
         return await real_claim(self, n, **kw)
 
-    monkeypatch.setattr(Queue, "claim", claim)
+    monkeypatch.setattr(Queue, "claim_reply", claim)
     async with simulator() as sim, worker(redis_server.url, sim, COMPAT_QUEUE_LIST="captcha:queue") as w:
         outcome = await producer.solve("turnstile", TURNSTILE, timeout=30)
         assert w.compat_list is None and w.redis_ok
     assert isinstance(outcome, Solved)
     lines = [r for r in caplog.records if r.getMessage() == "compat_queue_unusable"]
     assert len(lines) == 1 and "CROSSSLOT" in lines[0].fields["reason"]  # type: ignore[attr-defined]
+
+
+async def test_the_workers_follow_a_plan_smaller_than_configured(redis_server: Any, producer: CaptchaQueue,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """threadsinfo says 3 threads, CAPTCHAAI_THREADS says 10: the worker enforces 3 and registers it, so the budget
+    in Redis is 3 for every worker; one log line; the metric says it follows the plan."""
+    from captcha_worker import metrics
+
+    async with simulator(threads=3) as sim, worker(redis_server.url, sim, CAPTCHAAI_THREADS="10",
+                                                   WORKER_CONCURRENCY="10") as w:
+        await asyncio.wait_for(w._plan_read.wait(), 10)
+        ids = await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(20)])
+        outcomes = [o async for o in producer.as_completed(ids, timeout=60)]
+        state = await producer.queue.budget.state()
+        follows = metrics.BUDGET_FOLLOWS_PLAN._value.get()
+        stats = sim.stats()
+    assert all(isinstance(o, Solved) for o in outcomes)
+    assert w.limit == 3 and state.limit == 3 and follows == 1
+    assert stats.max_in_flight <= 3 and stats.over_cap_rejections == 0 and stats.queued == 0
+    assert [r.getMessage() for r in caplog.records].count("budget_follows_plan") == 1
+
+
+async def test_paid_threads_above_the_budget_are_reported_idle(redis_server: Any) -> None:
+    from captcha_worker import metrics
+
+    async with simulator(threads=25) as sim, worker(redis_server.url, sim, CAPTCHAAI_THREADS="10") as w:
+        await asyncio.wait_for(w._plan_read.wait(), 10)
+        await asyncio.sleep(0.2)
+        idle = metrics.PLAN_THREADS_IDLE._value.get()
+    assert w.limit == 10 and idle == 15
+
+
+async def test_a_drained_worker_leaves_no_unit_and_no_limit_behind(redis: Redis, redis_server: Any,
+                                                                   producer: CaptchaQueue) -> None:
+    async with simulator() as sim, worker(redis_server.url, sim):
+        outcome = await producer.solve("turnstile", TURNSTILE, timeout=30)
+        assert await redis.zcard(Keys("captcha").limits) == 1
+    assert isinstance(outcome, Solved) and outcome.captcha_id
+    assert await redis.zcard(Keys("captcha").budget) == 0 and await redis.zcard(Keys("captcha").limits) == 0

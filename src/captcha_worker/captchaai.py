@@ -35,6 +35,7 @@ import binascii
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from captcha_worker import methods, metrics
+from captcha_worker.codes import Code
 
 # the taxonomy lives in the codes table; the names stay importable from here (explicit re-exports)
 from captcha_worker.codes import ErrorClass as ErrorClass  # noqa: PLC0414
@@ -118,11 +120,11 @@ class Reply:
 def parse_reply(status: int, body: bytes, endpoint: str) -> Reply:
     """Decode one HTTP reply into a Reply, or raise the classified ApiError."""
     if status == 429:
-        raise api_error("HTTP_429", endpoint)
+        raise api_error(Code.HTTP_429, endpoint)
     if status >= 500:
-        raise api_error("HTTP_5XX", endpoint, f"HTTP {status}")
+        raise api_error(Code.HTTP_5XX, endpoint, f"HTTP {status}")
     if status != 200:
-        raise api_error("HTTP_4XX", endpoint, f"HTTP {status}")
+        raise api_error(Code.HTTP_4XX, endpoint, f"HTTP {status}")
     text = body.decode("utf-8", errors="replace").strip()
     try:
         data = json.loads(text)
@@ -132,14 +134,14 @@ def parse_reply(status: int, body: bytes, endpoint: str) -> Reply:
         return _parse_json(data, endpoint)
     if text.startswith("OK|"):
         return Reply(text[3:], {})
-    if text == "CAPCHA_NOT_READY" or ((text.startswith(("ERROR_", "IP_")) or text == "MAX_USER_TURN")
+    if text == Code.CAPCHA_NOT_READY or ((text.startswith(("ERROR_", "IP_")) or text == Code.MAX_USER_TURN)
                                       and text.replace("_", "").isalnum() and len(text) < 64):
-        if text == "CAPCHA_NOT_READY":
+        if text == Code.CAPCHA_NOT_READY:
             return Reply(text, {"not_ready": True})
         raise api_error(text, endpoint)
     if text.startswith("OK_"):  # reportbad: OK_REPORT_RECORDED
         return Reply(text, {})
-    raise api_error("NON_JSON", endpoint, "unexpected body")
+    raise api_error(Code.NON_JSON, endpoint, "unexpected body")
 
 
 def _parse_json(data: Mapping[str, Any], endpoint: str) -> Reply:
@@ -149,11 +151,11 @@ def _parse_json(data: Mapping[str, Any], endpoint: str) -> Reply:
     request_text = request if isinstance(request, str) else json.dumps(request) if request is not None else ""
     if data.get("status") == 1:
         return Reply(request_text, data)
-    if request_text == "CAPCHA_NOT_READY":
+    if request_text == Code.CAPCHA_NOT_READY:
         return Reply(request_text, {"not_ready": True})
     if data.get("status") == 0 and request_text:
         raise api_error(request_text, endpoint)
-    raise api_error("NON_JSON", endpoint, "JSON without status")
+    raise api_error(Code.NON_JSON, endpoint, "JSON without status")
 
 
 class LatencyModel:
@@ -202,11 +204,21 @@ class PollSchedule:
     MIN_INTERVAL_S = 1.0
     MAX_INTERVAL_S = 2.5
     TAIL_INTERVAL_S = 5.0
+    # dense: while tasks wait for a plan thread, a thread whose answer is ready but not yet fetched is work not
+    # done (P5), so polls start earlier and come about twice as often
+    DENSE_FIRST_SD = 1.5
+    DENSE_INTERVAL_SD = 0.2
+    DENSE_MIN_INTERVAL_S = 0.5
+    DENSE_MAX_INTERVAL_S = 1.0
 
-    def __init__(self, mean_s: float, stddev_s: float, scale: float = 1.0) -> None:
-        low, high = self.MIN_INTERVAL_S / scale, self.MAX_INTERVAL_S / scale
-        self.first = max(mean_s - stddev_s, low)
-        self.interval = min(max(stddev_s / 2, low), high)
+    def __init__(self, mean_s: float, stddev_s: float, scale: float = 1.0, *, dense: bool = False) -> None:
+        if dense:
+            low, high, first_sd, per_sd = (self.DENSE_MIN_INTERVAL_S / scale, self.DENSE_MAX_INTERVAL_S / scale,
+                                           self.DENSE_FIRST_SD, self.DENSE_INTERVAL_SD)
+        else:
+            low, high, first_sd, per_sd = self.MIN_INTERVAL_S / scale, self.MAX_INTERVAL_S / scale, 1.0, 0.5
+        self.first = max(mean_s - first_sd * stddev_s, low)
+        self.interval = min(max(stddev_s * per_sd, low), high)
         self.tail_after = mean_s + 2.5 * stddev_s
         self.tail_interval = self.TAIL_INTERVAL_S / scale
 
@@ -218,7 +230,7 @@ class PollSchedule:
     def delay(self, poll_number: int, elapsed: float) -> float:
         """Seconds to wait before poll `poll_number` (0-based), `elapsed` seconds after the submission."""
         if poll_number == 0:
-            base = self.first
+            base = max(self.first - elapsed, 0.0)  # a resumed solve may be past its first poll already
         else:
             base = self.interval if elapsed < self.tail_after else self.tail_interval
         return base * (0.95 + 0.1 * random.random())
@@ -229,17 +241,40 @@ class Solution:
     answer: Answer
     api_calls: int
     polls: int
-    started_at: float  # first in.php call
+    started_at: float  # first in.php call (for a resumed solve: when this worker took it over)
     solved_at: float  # answer received
+    captcha_id: str | None = None  # CaptchaAI's id of the solve that answered
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A solve an earlier owner left running at the API: poll `captcha_id` until `until` (time.time())."""
+
+    captcha_id: str
+    until: float
 
 
 @dataclass
 class SolveStats:
-    """Counts kept while one task is being solved (readable even when it fails)."""
+    """Counts kept while one task is being solved (readable even when it fails). ``captcha_id`` is the solve that
+    may be running at the API now (None once its outcome is known), answerable until ``captcha_until``."""
 
     api_calls: int = 0
     polls: int = 0
     started_at: float | None = None
+    captcha_id: str | None = None
+    captcha_until: float = 0.0
+    resumed: bool = False  # the answer came from a solve an earlier owner submitted
+
+    def running_s(self, now: float) -> float:
+        """How long the current solve may still run at the API (0: none is running)."""
+        return max(0.0, self.captcha_until - now) if self.captcha_id is not None else 0.0
+
+
+#: a CaptchaAI task id as the worker records it (the API answers digits; anything else is not resumed)
+CAPTCHA_ID_RE = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+OnSubmit = Callable[[str, float], None]  # (captcha id, seconds it can be answered), called when in.php answers
+Hurry = Callable[[], bool]  # True while tasks wait for a plan thread: poll densely
 
 
 @dataclass(frozen=True)
@@ -302,7 +337,7 @@ class CaptchaAI:
         if self._session is None:
             raise RuntimeError("CaptchaAI client used outside 'async with'")
         started = time.monotonic()
-        code = "OK"
+        code: str = Code.OK
         timeout = self._poll_timeout if endpoint == "res_get" else self._timeout
         try:
             headers = _FORM_HEADERS if isinstance(form, bytes) else None
@@ -310,18 +345,18 @@ class CaptchaAI:
                                           timeout=timeout) as resp:
                 body = await resp.read()
                 reply = parse_reply(resp.status, body, endpoint)
-                code = "CAPCHA_NOT_READY" if reply.extra.get("not_ready") else "OK"
+                code = Code.CAPCHA_NOT_READY if reply.extra.get("not_ready") else Code.OK
                 return reply
         except ApiError as exc:
             code = exc.code
             raise
         except TimeoutError:
-            code = "TIMEOUT"
-            raise api_error("TIMEOUT", endpoint) from None
+            code = Code.TIMEOUT
+            raise api_error(code, endpoint) from None
         except (aiohttp.ClientError, OSError) as exc:
             # aiohttp errors can print the URL and request info: never chain them into our message
-            code = "CONNECTION_ERROR"
-            raise api_error("CONNECTION_ERROR", endpoint, type(exc).__name__) from None
+            code = Code.CONNECTION_ERROR
+            raise api_error(code, endpoint, type(exc).__name__) from None
         finally:
             metrics.API_REQUESTS.labels(endpoint, metrics.code_label(code)).inc()
             metrics.API_LATENCY.labels(endpoint).observe(time.monotonic() - started)
@@ -400,14 +435,14 @@ class CaptchaAI:
         try:
             return ThreadsInfo(int(reply.extra["threads"]), int(reply.extra.get("working_threads", 0)))
         except (KeyError, TypeError, ValueError):
-            raise api_error("NON_JSON", "res_threadsinfo", "no threads field") from None
+            raise api_error(Code.NON_JSON, "res_threadsinfo", "no threads field") from None
 
     async def getbalance(self) -> float:
         reply = await self._call("res.php", "res_getbalance", {"action": "getbalance"})
         try:
             return float(reply.request)
         except ValueError:
-            raise api_error("NON_JSON", "res_getbalance", "balance is not a number") from None
+            raise api_error(Code.NON_JSON, "res_getbalance", "balance is not a number") from None
 
     async def reportbad(self, captcha_id: str) -> None:
         await self._call("res.php", "res_reportbad", {"action": "reportbad", "id": captcha_id})
@@ -415,29 +450,86 @@ class CaptchaAI:
     async def reportgood(self, captcha_id: str) -> None:
         await self._call("res.php", "res_reportgood", {"action": "reportgood", "id": captcha_id})
 
+    async def report(self, captcha_id: str, *, good: bool) -> None:
+        """reportgood or reportbad: tell CaptchaAI whether an answer worked (a bad one is refunded)."""
+        await (self.reportgood(captcha_id) if good else self.reportbad(captcha_id))
+
+    def solve_window(self, kind: methods.Kind) -> float:
+        """How long a solve of `kind` can be answered after its submission (methods.py, scaled)."""
+        return kind.solve_timeout_s / self.poll_scale
+
     # the whole protocol for one task ----------------------------------------------------------------------
     async def solve(self, kind: methods.Kind, method: str, params: Mapping[str, str], *, deadline: float,
-                    unsolvable_retries: int = 1, stats: SolveStats | None = None,
-                    sleep: Sleep = asyncio.sleep) -> Solution:
+                    unsolvable_retries: int = 1, stats: SolveStats | None = None, sleep: Sleep = asyncio.sleep,
+                    resume: Resume | None = None, on_submit: OnSubmit | None = None,
+                    hurry: Hurry | None = None) -> Solution:
         """Submit and poll until answered. `deadline` is a time.time() value.
 
-        Capacity errors are retried (same task) until the deadline; UNSOLVABLE is resubmitted up to
-        `unsolvable_retries` times. Raises FatalApiError, TaskFailed, TransientError (bounded retries
-        exhausted) or SolveTimeout.
+        `resume`: first poll the solve an earlier owner left running, while its id can still be answered; submit
+        only when it cannot (its window passed, CaptchaAI forgot it, or it was unsolvable). `on_submit` is told
+        each new CaptchaAI id as soon as in.php answers. Capacity errors are retried (same task) until the
+        deadline; UNSOLVABLE is resubmitted up to `unsolvable_retries` times. Raises FatalApiError, TaskFailed,
+        TransientError (bounded retries exhausted) or SolveTimeout.
         """
         stats = stats if stats is not None else SolveStats()
-        for round_ in range(unsolvable_retries + 1):
+        p = _Solve(kind, deadline, stats, sleep, hurry)
+        rounds = unsolvable_retries + 1
+        if resume is not None and time.time() < resume.until:
+            answer = await self._resume(p, resume)
+            if answer is not None:
+                return self._solution(answer, stats)
+            if stats.resumed:  # the resumed solve was unsolvable: that was a round
+                rounds -= 1
+        for round_ in range(max(rounds, 1)):
             captcha_id = await self._submit_with_capacity_backoff(method, params, deadline, stats, sleep)
+            stats.captcha_id, stats.captcha_until = captcha_id, time.time() + self.solve_window(kind)
+            if on_submit is not None and CAPTCHA_ID_RE.fullmatch(captcha_id):
+                on_submit(captcha_id, self.solve_window(kind))
             try:
-                answer = await self._poll(captcha_id, kind, deadline, stats, sleep)
+                answer = await self._poll(captcha_id, p)
             except TaskFailed as exc:
-                if exc.code == "ERROR_CAPTCHA_UNSOLVABLE" and round_ < unsolvable_retries:
+                stats.captcha_id = None
+                if exc.code == Code.ERROR_CAPTCHA_UNSOLVABLE and round_ < rounds - 1:
                     metrics.RETRIES.labels("unsolvable").inc()
                     continue
                 raise
-            assert stats.started_at is not None
-            return Solution(answer, stats.api_calls, stats.polls, stats.started_at, time.time())
+            return self._solution(answer, stats)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _resume(self, p: _Solve, resume: Resume) -> Answer | None:
+        """Poll a solve an earlier owner submitted. None: submit again (`stats.resumed` is set when it was
+        unsolvable, which spends a round)."""
+        stats = p.stats
+        stats.captcha_id, stats.captcha_until = resume.captcha_id, resume.until
+        if stats.started_at is None:
+            stats.started_at = time.time()
+        elapsed = max(0.0, self.solve_window(p.kind) - (resume.until - time.time()))
+        try:
+            answer = await self._poll(resume.captcha_id, p, elapsed=elapsed, learn=False)
+        except SolveTimeout:
+            if time.time() >= p.deadline:
+                raise
+            metrics.RESUMES.labels("window_passed").inc()
+            stats.captcha_id = None
+            return None
+        except TaskFailed as exc:
+            stats.captcha_id = None
+            if exc.code == Code.ERROR_CAPTCHA_UNSOLVABLE:
+                metrics.RESUMES.labels("unsolvable").inc()
+                stats.resumed = True
+                return None
+            if exc.code in (Code.ERROR_WRONG_CAPTCHA_ID, Code.ERROR_WRONG_ID_FORMAT):
+                metrics.RESUMES.labels("unknown_id").inc()
+                return None
+            raise
+        metrics.RESUMES.labels("answered").inc()
+        stats.resumed = True
+        return answer
+
+    def _solution(self, answer: Answer, stats: SolveStats) -> Solution:
+        captcha_id, stats.captcha_id = stats.captcha_id, None
+        assert stats.started_at is not None
+        return Solution(answer, stats.api_calls, stats.polls, stats.started_at, time.time(), captcha_id)
 
     async def _submit_with_capacity_backoff(self, method: str, params: Mapping[str, str], deadline: float,
                                             stats: SolveStats, sleep: Sleep) -> str:
@@ -455,27 +547,28 @@ class CaptchaAI:
                 await sleep(wait)
                 delay = min(delay * 2, self.retry.capacity_max_s)
 
-    async def _poll(self, captcha_id: str, kind: methods.Kind, deadline: float, stats: SolveStats,
-                    sleep: Sleep) -> Answer:
+    def _schedules(self, kind: methods.Kind) -> tuple[LatencyModel, PollSchedule, PollSchedule]:
         model = self.latency_model(kind)
-        schedule = PollSchedule(model.mean, model.stddev, self.poll_scale)
-        submitted = time.monotonic()
+        return (model, PollSchedule(model.mean, model.stddev, self.poll_scale),
+                PollSchedule(model.mean, model.stddev, self.poll_scale, dense=True))
+
+    async def _poll(self, captcha_id: str, p: _Solve, *, elapsed: float = 0.0, learn: bool = True) -> Answer:
+        """Poll until answered, the deadline, or the id's window (`elapsed`: seconds since its submission)."""
+        model, normal, dense = self._schedules(p.kind)
+        deadline = min(p.deadline, p.stats.captcha_until) if p.stats.captcha_until else p.deadline
+        submitted = time.monotonic() - elapsed
         previous: float | None = None  # when the last unanswered poll was made, after the submission
         n = failed = 0
-        blurred = False  # a poll failed since the last "not ready": when the answer became ready is unknown
+        blurred = not learn  # a failed poll since the last "not ready": when the answer became ready is unknown
         while True:
+            schedule = dense if p.hurry is not None and p.hurry() else normal
             wait = schedule.delay(n, time.monotonic() - submitted)
             if failed:  # the answer may be ready: look again soon rather than at the next scheduled poll
                 wait = min(wait, self.retry.transient_initial_s * (1 + random.random()))
-            if time.time() + wait >= deadline:
-                remaining = deadline - time.time()
-                if remaining <= 0:
-                    raise SolveTimeout("solve time limit reached")
-                wait = remaining  # one last look at the deadline
-            await sleep(wait)
-            stats.polls += 1
+            await self._wait_for_poll(wait, deadline, p.sleep)
+            p.stats.polls += 1
             try:
-                answer = await self.get(captcha_id, stats, retry=False)
+                answer = await self.get(captcha_id, p.stats, retry=False)
             except TransientError:
                 failed += 1
                 blurred = True
@@ -484,16 +577,36 @@ class CaptchaAI:
                 metrics.RETRIES.labels("transient").inc()
                 continue
             failed = 0
-            elapsed = time.monotonic() - submitted
+            since = time.monotonic() - submitted
             if answer is not None:
                 if not blurred:  # a failed (maybe slow) poll in the gap would teach a solve time it never took
-                    model.observe_found(elapsed, previous)
+                    model.observe_found(since, previous)
                 return answer
-            blurred = False
+            blurred = not learn
             if time.time() >= deadline:
                 raise SolveTimeout("solve time limit reached")
-            previous = elapsed
+            previous = since
             n += 1
+
+    @staticmethod
+    async def _wait_for_poll(wait: float, deadline: float, sleep: Sleep) -> None:
+        if time.time() + wait >= deadline:
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                raise SolveTimeout("solve time limit reached")
+            wait = remaining  # one last look at the deadline
+        await sleep(wait)
+
+
+@dataclass(frozen=True)
+class _Solve:
+    """What the poll loop of one solve needs."""
+
+    kind: methods.Kind
+    deadline: float
+    stats: SolveStats
+    sleep: Sleep
+    hurry: Hurry | None
 
 
 def _b64decode(value: str) -> bytes:
@@ -502,4 +615,4 @@ def _b64decode(value: str) -> bytes:
     try:
         return base64.b64decode(value, validate=False)
     except (binascii.Error, ValueError):
-        raise api_error("ERROR_UPLOAD", "in", "file is not base64") from None
+        raise api_error(Code.ERROR_UPLOAD, "in", "file is not base64") from None

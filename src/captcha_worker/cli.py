@@ -1,4 +1,4 @@
-"""`captcha-worker` commands: run, gateway, simulator, check, submit, wait, stats, dead-letters, plan, demo.
+"""`captcha-worker` commands: run, gateway, simulator, check, submit, wait, report, stats, dead-letters, plan, demo.
 
 Exit codes: 0 success, 1 a task or check failed, 2 bad configuration or arguments (one line on stderr).
 """
@@ -362,6 +362,20 @@ async def _wait(ns: argparse.Namespace) -> int:
         return EXIT_OK if ok else EXIT_FAIL
 
 
+def cmd_report(ns: argparse.Namespace) -> int:
+    return asyncio.run(_report(ns))
+
+
+async def _report(ns: argparse.Namespace) -> int:
+    async with _producer(ns) as q:
+        queued = await (q.report_good(ns.id) if ns.verdict == "good" else q.report_bad(ns.id))
+    data: dict[str, Any] = {"id": ns.id, "verdict": ns.verdict, "queued": queued}
+    if not queued:
+        data["text"] = "no answer from CaptchaAI to report: not solved (yet), failed, or its record expired"
+    print(json.dumps(data))
+    return EXIT_OK if queued else EXIT_FAIL
+
+
 def cmd_stats(ns: argparse.Namespace) -> int:
     if ns.watch:
         return _watch(ns)
@@ -385,7 +399,7 @@ async def _stats(ns: argparse.Namespace) -> int:
     async with _producer(ns) as q:
         s = await q._guarded(q.queue.stats())
     data = {"queue": q.keys.queue, "pending": s.pending, "processing": s.processing, "dead": s.dead,
-            "budget_in_use": s.budget_in_use, "workers_alive": s.workers_alive}
+            "budget_in_use": s.budget_in_use, "budget_limit": s.budget_limit, "workers_alive": s.workers_alive}
     if ns.json:
         print(json.dumps(data))
     else:
@@ -558,6 +572,15 @@ def _add_producer_commands(sub: Subparsers) -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
     _add_producer_args(p)
     p.set_defaults(func=cmd_wait)
+
+    p = sub.add_parser("report", help="tell CaptchaAI whether a solved task's answer worked (reportbad/reportgood)",
+                       description="Queue a report of a solved task's answer for a worker to send to CaptchaAI "
+                                   "(a bad answer is refunded). Exit 0 when queued, 1 when the task has no answer "
+                                   "to report.")
+    p.add_argument("verdict", choices=["bad", "good"])
+    p.add_argument("id", metavar="ID", help="the task id")
+    _add_producer_args(p)
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("stats", help="pending, processing, dead, budget in use, workers alive (--watch: live)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

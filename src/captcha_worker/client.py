@@ -18,7 +18,8 @@ Submitting is idempotent per task id: a second push of a known id is a no-op, so
 (a timeout while Redis stalled) is retried here without ever queueing the task twice, and a caller that retries
 with the same ``id=`` is safe too.  Redis outages surface as :class:`QueueUnavailable` (which says why: unreachable,
 out of memory, read-only, ...); ``result()`` tells a result that expired (:class:`ResultExpired`) from an id the
-queue never had (:class:`UnknownTask`).
+queue never had (:class:`UnknownTask`).  ``report_bad`` / ``report_good`` tell CaptchaAI whether a solved task's
+answer worked (the refund path); a worker sends them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
+from captcha_worker.codes import Code, describe
 from captcha_worker.config import (
     DEFAULT_MAX_TASK_BYTES,
     DEFAULT_QUEUE,
@@ -48,7 +50,7 @@ from captcha_worker.config import (
     Secret,
 )
 from captcha_worker.connection import RedisUnavailable, Refusal, connect, refusal, tls_hint
-from captcha_worker.queue import Keys, Lookup, Queue, Text, as_awaitable
+from captcha_worker.queue import Keys, Lookup, Queue, Text, Verdict, as_awaitable
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_task
 
 T = TypeVar("T")
@@ -78,7 +80,7 @@ class InvalidTask(ValueError):
 @dataclass(frozen=True)
 class _Outcome:
     id: str
-    attempts: int
+    attempts: int  # the attempt that gave the outcome: API-side failures before it + 1
     timings: Timings
 
     @property
@@ -101,6 +103,7 @@ class Solved(_Outcome):
     user_agent: str | None  # Enterprise and Cloudflare challenge: use it with the token
     api_calls: int
     token_lifetime_s: float | None
+    captcha_id: str | None = None  # CaptchaAI's id of the solve (CaptchaQueue.report_bad / report_good use it)
 
     @property
     def token(self) -> str:
@@ -161,10 +164,11 @@ def outcome_of(result: Result) -> Solved | Failed | Expired:
     base: dict[str, Any] = {"id": result.id, "attempts": result.attempts, "timings": result.timings}
     if result.status is Status.SOLVED:
         return Solved(**base, solution=result.solution or "", kind=result.kind, user_agent=result.user_agent,
-                      api_calls=result.api_calls, token_lifetime_s=result.token_lifetime_s)
+                      api_calls=result.api_calls, token_lifetime_s=result.token_lifetime_s,
+                      captcha_id=result.captcha_id)
     if result.status is Status.EXPIRED:
-        return Expired(**base, code=result.code or "EXPIRED", text=result.text or "")
-    return Failed(**base, code=result.code or "ERROR", text=result.text or "")
+        return Expired(**base, code=result.code or Code.EXPIRED, text=result.text or "")
+    return Failed(**base, code=result.code or Code.ERROR, text=result.text or "")
 
 
 @dataclass(frozen=True)
@@ -210,7 +214,7 @@ def _stored_outcome(task_id: str, value: Text | Lookup) -> Outcome | None:
     try:
         return outcome_of(Result.from_json(value))
     except (ValueError, KeyError, TypeError):
-        return Failed(task_id, 0, Timings(), code="INVALID_RESULT", text="the stored result could not be read")
+        return Failed(task_id, 0, Timings(), code=Code.INVALID_RESULT, text=describe(Code.INVALID_RESULT))
 
 
 class CaptchaQueue:
@@ -302,7 +306,7 @@ class CaptchaQueue:
         body = task.body()
         size = len(body.encode())
         if size > self.max_task_bytes:
-            raise InvalidTask(f"task is {size} bytes, over the limit of {self.max_task_bytes}", "TASK_TOO_LARGE")
+            raise InvalidTask(f"task is {size} bytes, over the limit of {self.max_task_bytes}", Code.TASK_TOO_LARGE)
         return task, body
 
     async def submit(self, method: str, params: Mapping[str, Any] | None = None, *,
@@ -507,6 +511,23 @@ class CaptchaQueue:
             for fut in pending:
                 fut.cancel()
 
+    # -- reporting answers ------------------------------------------------------------------------------
+    async def report_bad(self, task_id: str) -> bool:
+        """Tell CaptchaAI that a solved task's answer did not work (res.php reportbad: CaptchaAI refunds it and
+        learns from it). A worker sends the report; True when it is queued, False when the task has no answer
+        from the API to report (not solved yet, failed, never submitted here, or its record expired:
+        TASK_TTL_SECONDS)."""
+        return await self._report(task_id, Verdict.BAD)
+
+    async def report_good(self, task_id: str) -> bool:
+        """Tell CaptchaAI that a solved task's answer worked (res.php reportgood); True when queued, as
+        report_bad."""
+        return await self._report(task_id, Verdict.GOOD)
+
+    async def _report(self, task_id: str, verdict: Verdict) -> bool:
+        captcha = await self._guarded(self.queue.report(task_id, verdict), doing=f"report {verdict.value}")
+        return captcha is not None
+
     async def solve(self, method: str, params: Mapping[str, Any] | None = None, *, timeout: float = 300.0,
                     retries: int = 0, backoff_s: float = 2.0, deadline: float | dt.datetime | None = None,
                     priority: bool = False, **more_params: Any) -> Outcome:
@@ -568,6 +589,12 @@ class SyncCaptchaQueue:
 
     def solve(self, method: str, params: Mapping[str, Any] | None = None, **kwargs: Any) -> Outcome:
         return self._run(self._q.solve(method, params, **kwargs))
+
+    def report_bad(self, task_id: str) -> bool:
+        return self._run(self._q.report_bad(task_id))
+
+    def report_good(self, task_id: str) -> bool:
+        return self._run(self._q.report_good(task_id))
 
     def results(self, ids: Iterable[str], timeout: float = 300.0) -> list[Outcome]:
         """Outcomes in completion order."""

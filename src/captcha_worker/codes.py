@@ -154,13 +154,15 @@ class Code(enum.StrEnum):
     UNKNOWN_METHOD = "UNKNOWN_METHOD", _result(wire=_BAD_PARAMETERS)
     UNSUPPORTED_METHOD = "UNSUPPORTED_METHOD", _result(wire=_BAD_PARAMETERS)
     TASK_TOO_LARGE = "TASK_TOO_LARGE", _result(wire="ERROR_TOO_BIG_CAPTCHA_FILESIZE")
-    MAX_ATTEMPTS_EXCEEDED = "MAX_ATTEMPTS_EXCEEDED", _result()
+    MAX_ATTEMPTS_EXCEEDED = "MAX_ATTEMPTS_EXCEEDED", _result()  # MAX_ATTEMPTS failures at the API
+    MAX_WORKER_DEATHS_EXCEEDED = "MAX_WORKER_DEATHS_EXCEEDED", _result()  # the task outlived MAX_WORKER_DEATHS workers
     DEADLINE_PASSED = "DEADLINE_PASSED", _result()
     TASK_EXPIRED = "TASK_EXPIRED", _result()
     WORKER_ERROR = "WORKER_ERROR", _result()  # a raw payload the worker failed on: dead-lettered, never retried
     SOLVE_TIMEOUT = "SOLVE_TIMEOUT", _result("no answer within the solve time limit")
     EXPIRED = "EXPIRED", _result()  # the producer's default for an expired result without a code
     ERROR = "ERROR", _result()  # the producer's default for a failed result without a code
+    INVALID_RESULT = "INVALID_RESULT", _result("the stored result could not be read")  # the producer's reading
 
     @property
     def error_class(self) -> ErrorClass | None:

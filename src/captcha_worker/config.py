@@ -207,7 +207,8 @@ class WorkerConfig:
     metrics_host: str
     metrics_port: int
     lease_seconds: float
-    max_attempts: int
+    max_attempts: int  # failures at the API before a task is dead-lettered
+    max_worker_deaths: int  # workers dying under a task before it is dead-lettered (a payload that kills them)
     orphan_grace_seconds: float
     result_ttl_seconds: int
     task_ttl_seconds: int
@@ -254,6 +255,7 @@ class WorkerConfig:
             metrics_port=e.integer("METRICS_PORT", 9100, minimum=0, maximum=65535),
             lease_seconds=lease,
             max_attempts=e.integer("MAX_ATTEMPTS", 3, minimum=1, maximum=100),
+            max_worker_deaths=e.integer("MAX_WORKER_DEATHS", 10, minimum=1, maximum=1000),
             orphan_grace_seconds=e.number("ORPHAN_GRACE_SECONDS", lease, minimum=1.0),
             result_ttl_seconds=e.integer("RESULT_TTL_SECONDS", 3600, minimum=10),
             task_ttl_seconds=task_ttl(e),

@@ -11,6 +11,7 @@ on the kind reads this table:
 * the simulator (``simulator``) and its protocol module: which error ``in.php`` returns, the spellings CaptchaAI
   accepts (:func:`canonical`), answer shape, typical latency;
 * metrics (``kind`` is the bounded ``method`` label);
+* the worker's budget: how long a solve of the kind may hold a plan thread at CaptchaAI (``solve_timeout_s``);
 * the producer (token lifetime for ``token_age``).
 """
 
@@ -19,6 +20,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from captcha_worker.codes import Code
 
 
 class Answer(enum.Enum):
@@ -49,53 +52,51 @@ class Kind:
     solve_mean_s: float  # typical solve time: the simulator's default latency, the poll schedule's starting point
     solve_stddev_s: float
     token_lifetime_s: float | None  # how long the answer stays usable; None = does not expire
+    #: how long CaptchaAI may take to answer a task of this kind: after that its id is answered no more (the worker
+    #: then submits again) and the solve no longer holds a plan thread. Above the slowest solve the simulator draws
+    #: (mean + 4 sd).
+    solve_timeout_s: float
     http_post: bool = False  # submit with POST (multipart) rather than GET
 
 
-def _p(name: str, error: str = "ERROR_BAD_PARAMETERS") -> Param:
+def _p(name: str, error: str = Code.ERROR_BAD_PARAMETERS) -> Param:
     return Param(name, error)
 
 
-_PAGEURL = _p("pageurl", "ERROR_PAGEURL")
-_PROXY = (_p("proxy", "ERROR_BAD_PROXY"), _p("proxytype", "ERROR_BAD_PROXY"))
+_PAGEURL = _p("pageurl", Code.ERROR_PAGEURL)
+_PROXY = (_p("proxy", Code.ERROR_BAD_PROXY), _p("proxytype", Code.ERROR_BAD_PROXY))
+_IMAGE_FILE, _IMAGE_BODY = _p("file", Code.ERROR_ZERO_CAPTCHA_FILESIZE), _p("body", Code.ERROR_ZERO_CAPTCHA_FILESIZE)
+_GOOGLEKEY = _p("googlekey", Code.ERROR_GOOGLEKEY)
 
 KINDS: tuple[Kind, ...] = (
-    Kind("image", "post", "Image (multipart file)", (_p("file", "ERROR_ZERO_CAPTCHA_FILESIZE"),),
-         Answer.TEXT, 5.0, 1.5, None, http_post=True),
-    Kind("image", "base64", "Image (base64 body)", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"),),
-         Answer.TEXT, 5.0, 1.5, None, http_post=True),
-    Kind("grid", "base64", "Grid image (base64 body)", (_p("body", "ERROR_ZERO_CAPTCHA_FILESIZE"),
-                                                        _p("instructions"), _p("grid_size")),
-         Answer.INDICES, 8.0, 2.5, None, http_post=True),
-    Kind("grid", "post", "Grid image (multipart file)", (_p("file", "ERROR_ZERO_CAPTCHA_FILESIZE"),
-                                                         _p("instructions"), _p("grid_size")),
-         Answer.INDICES, 8.0, 2.5, None, http_post=True),
+    Kind("image", "post", "Image (multipart file)", (_IMAGE_FILE,), Answer.TEXT, 5.0, 1.5, None, 30.0, http_post=True),
+    Kind("image", "base64", "Image (base64 body)", (_IMAGE_BODY,), Answer.TEXT, 5.0, 1.5, None, 30.0, http_post=True),
+    Kind("grid", "base64", "Grid image (base64 body)", (_IMAGE_BODY, _p("instructions"), _p("grid_size")),
+         Answer.INDICES, 8.0, 2.5, None, 45.0, http_post=True),
+    Kind("grid", "post", "Grid image (multipart file)", (_IMAGE_FILE, _p("instructions"), _p("grid_size")),
+         Answer.INDICES, 8.0, 2.5, None, 45.0, http_post=True),
     Kind("bls", "bls", "BLS", (_p("instructions"), *(_p(f"image_base64_{i}") for i in range(1, 10))),
-         Answer.INDICES, 8.0, 2.5, None, http_post=True),
-    Kind("recaptcha_v2", "userrecaptcha", "reCAPTCHA v2 / invisible",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN, 60.0, 15.0, 120.0),
-    Kind("recaptcha_v2_enterprise", "userrecaptcha", "reCAPTCHA v2 Enterprise",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL), Answer.TOKEN_WITH_UA, 60.0, 15.0, 120.0,
-         http_post=True),
-    Kind("recaptcha_v3", "userrecaptcha", "reCAPTCHA v3",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), Answer.TOKEN, 15.0, 5.0, 120.0),
-    Kind("recaptcha_v3_enterprise", "userrecaptcha", "reCAPTCHA v3 Enterprise",
-         (_p("googlekey", "ERROR_GOOGLEKEY"), _PAGEURL, _p("action")), Answer.TOKEN_WITH_UA, 15.0, 5.0, 120.0,
-         http_post=True),
-    Kind("turnstile", "turnstile", "Cloudflare Turnstile", (_p("sitekey"), _PAGEURL),
-         Answer.TOKEN, 12.0, 3.0, 300.0),
-    Kind("cloudflare_challenge", "cloudflare_challenge", "Cloudflare Challenge (cf_clearance)",
-         (_PAGEURL, *_PROXY), Answer.TOKEN_WITH_UA, 90.0, 20.0, 900.0, http_post=True),
-    Kind("geetest", "geetest", "GeeTest v3", (_p("gt"), _p("challenge"), _PAGEURL),
-         Answer.GEETEST, 20.0, 6.0, 600.0),
-    Kind("geetest_v4", "geetest", "GeeTest v4", (_p("gt"), _PAGEURL),
-         Answer.GEETEST, 20.0, 6.0, 600.0),
-    Kind("captchafox", "captchafox", "CaptchaFox", (_p("sitekey"), _PAGEURL, *_PROXY),
-         Answer.TOKEN_WITH_UA, 15.0, 5.0, 120.0),
-    Kind("friendly_captcha", "friendly_captcha", "Friendly Captcha", (_p("sitekey"), _PAGEURL),
-         Answer.TOKEN, 15.0, 5.0, 120.0),
-    Kind("lemin", "lemin", "Lemin", (_p("captcha_id"), _p("div_id"), _PAGEURL),
-         Answer.TOKEN, 15.0, 5.0, 120.0),
+         Answer.INDICES, 8.0, 2.5, None, 45.0, http_post=True),
+    Kind("recaptcha_v2", "userrecaptcha", "reCAPTCHA v2 / invisible", (_GOOGLEKEY, _PAGEURL), Answer.TOKEN,
+         60.0, 15.0, 120.0, 180.0),
+    Kind("recaptcha_v2_enterprise", "userrecaptcha", "reCAPTCHA v2 Enterprise", (_GOOGLEKEY, _PAGEURL),
+         Answer.TOKEN_WITH_UA, 60.0, 15.0, 120.0, 180.0, http_post=True),
+    Kind("recaptcha_v3", "userrecaptcha", "reCAPTCHA v3", (_GOOGLEKEY, _PAGEURL, _p("action")), Answer.TOKEN,
+         15.0, 5.0, 120.0, 90.0),
+    Kind("recaptcha_v3_enterprise", "userrecaptcha", "reCAPTCHA v3 Enterprise", (_GOOGLEKEY, _PAGEURL, _p("action")),
+         Answer.TOKEN_WITH_UA, 15.0, 5.0, 120.0, 90.0, http_post=True),
+    Kind("turnstile", "turnstile", "Cloudflare Turnstile", (_p("sitekey"), _PAGEURL), Answer.TOKEN,
+         12.0, 3.0, 300.0, 90.0),
+    Kind("cloudflare_challenge", "cloudflare_challenge", "Cloudflare Challenge (cf_clearance)", (_PAGEURL, *_PROXY),
+         Answer.TOKEN_WITH_UA, 90.0, 20.0, 900.0, 240.0, http_post=True),
+    Kind("geetest", "geetest", "GeeTest v3", (_p("gt"), _p("challenge"), _PAGEURL), Answer.GEETEST,
+         20.0, 6.0, 600.0, 120.0),
+    Kind("geetest_v4", "geetest", "GeeTest v4", (_p("gt"), _PAGEURL), Answer.GEETEST, 20.0, 6.0, 600.0, 120.0),
+    Kind("captchafox", "captchafox", "CaptchaFox", (_p("sitekey"), _PAGEURL, *_PROXY), Answer.TOKEN_WITH_UA,
+         15.0, 5.0, 120.0, 90.0),
+    Kind("friendly_captcha", "friendly_captcha", "Friendly Captcha", (_p("sitekey"), _PAGEURL), Answer.TOKEN,
+         15.0, 5.0, 120.0, 90.0),
+    Kind("lemin", "lemin", "Lemin", (_p("captcha_id"), _p("div_id"), _PAGEURL), Answer.TOKEN, 15.0, 5.0, 120.0, 90.0),
 )
 
 #: every in.php method the queue accepts

@@ -38,6 +38,8 @@ POLL_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 40)
 
 OUTCOMES = ("solved", "error", "expired", "dead_lettered", "duplicate", "released")
 RETRY_CLASSES = ("capacity", "transient", "unsolvable", "requeue")
+RESUME_OUTCOMES = ("answered", "window_passed", "unknown_id", "unsolvable")
+REPORT_OUTCOMES = ("sent", "rejected", "failed")
 #: the fatal API codes (the FATAL class of the codes table), pre-created so an alert's increase() sees the first one
 FATAL_CODES = tuple(c.value for c in codes.FATAL)
 
@@ -49,7 +51,8 @@ KNOWN_CODES = codes.LABELS
 #: dead-letter codes, are in KNOWN_CODES)
 DEAD_LETTER_CODES = tuple(c.value for c in (
     codes.Code.INVALID_JSON, codes.Code.INVALID_TASK, codes.Code.TASK_TOO_LARGE, codes.Code.UNKNOWN_METHOD,
-    codes.Code.UNSUPPORTED_METHOD, codes.Code.TASK_EXPIRED, codes.Code.MAX_ATTEMPTS_EXCEEDED, codes.Code.WORKER_ERROR))
+    codes.Code.UNSUPPORTED_METHOD, codes.Code.TASK_EXPIRED, codes.Code.MAX_ATTEMPTS_EXCEEDED,
+    codes.Code.MAX_WORKER_DEATHS_EXCEEDED, codes.Code.WORKER_ERROR))
 #: why Redis could not serve (connection.Refusal values; kept here so metrics imports nothing of connection)
 REDIS_REFUSALS = ("connection", "timeout", "loading", "oom", "readonly", "masterdown", "noreplicas", "busy",
                   "tryagain", "clusterdown", "auth")
@@ -76,14 +79,23 @@ QUEUE_WAIT = Histogram(f"{PREFIX}queue_wait_seconds", "From submission to claim 
                        buckets=WAIT_BUCKETS)
 IN_FLIGHT = Gauge(f"{PREFIX}in_flight", "Tasks this worker is solving now (holding a budget unit).")
 CONCURRENCY = Gauge(f"{PREFIX}concurrency_limit", "Solve slots of this worker (WORKER_CONCURRENCY).")
-BUDGET_LIMIT = Gauge(f"{PREFIX}budget_limit", "Cluster-wide thread budget this worker enforces (CAPTCHAAI_THREADS).")
-BUDGET_IN_USE = Gauge(f"{PREFIX}budget_in_use", "Budget units held cluster-wide (all workers), as last read.")
-BUDGET_HELD = Gauge(f"{PREFIX}budget_held", "Budget units held by this worker's slots.")
+BUDGET_LIMIT = Gauge(f"{PREFIX}budget_limit",
+                     "The cluster-wide thread budget in effect: the smallest limit a live worker enforces, as last "
+                     "read.")
+BUDGET_CONFIGURED = Gauge(f"{PREFIX}budget_configured_limit", "This worker's configured limit (CAPTCHAAI_THREADS).")
+BUDGET_FOLLOWS_PLAN = Gauge(f"{PREFIX}budget_follows_plan",
+                            "1 while this worker enforces the plan's threads (threadsinfo) because they are fewer "
+                            "than CAPTCHAAI_THREADS, else 0.")
+BUDGET_IN_USE = Gauge(f"{PREFIX}budget_in_use",
+                      "Budget units in use cluster-wide: solves that may be running at CaptchaAI, as last read.")
+BUDGET_HELD = Gauge(f"{PREFIX}budget_held", "Budget units held by this worker's jobs.")
 BUDGET_WAIT = Counter(f"{PREFIX}budget_wait_seconds_total",
                       "Slot-seconds spent waiting for a budget unit (the plan's threads are all in use).")
 PLAN_THREADS = Gauge(f"{PREFIX}plan_threads", "The plan's threads as reported by res.php?action=threadsinfo.")
 PLAN_WORKING_THREADS = Gauge(f"{PREFIX}plan_working_threads",
                              "Threads busy on the account as reported by threadsinfo.")
+PLAN_THREADS_IDLE = Gauge(f"{PREFIX}plan_threads_idle",
+                          "Plan threads (threadsinfo) above the budget in effect: paid for and never used.")
 PLAN_MONTHLY_PRICE = Gauge(f"{PREFIX}plan_monthly_price", "Plan price per month (CAPTCHAAI_MONTHLY_PRICE).")
 BALANCE = Gauge(f"{PREFIX}balance", "Account balance as reported by res.php?action=getbalance.")
 # `api_endpoint`, not `endpoint`: prometheus-operator gives every ServiceMonitor target an `endpoint` label (the
@@ -94,6 +106,13 @@ API_LATENCY = Histogram(f"{PREFIX}api_request_duration_seconds", "CaptchaAI HTTP
                         ["api_endpoint"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 POLLS = Histogram(f"{PREFIX}polls_per_solve", "res.php?action=get calls per solved or failed task.",
                   ["method"], buckets=POLL_BUCKETS)
+RESUMES = Counter(f"{PREFIX}resumed_solves_total",
+                  "Solves an earlier owner of the task left running at CaptchaAI (it died, drained past its "
+                  "grace, or failed its polls), polled by the next owner instead of submitted again, by outcome: "
+                  "answered, window_passed, unknown_id, unsolvable (the last three submit again).", ["outcome"])
+REPORTS = Counter(f"{PREFIX}reports_total",
+                  "Answers reported to CaptchaAI (report_bad / report_good), by verdict and outcome: sent, rejected "
+                  "(CaptchaAI refused it), failed (not sent after retries).", ["verdict", "outcome"])
 RETRIES = Counter(f"{PREFIX}retries_total",
                   "Retries by class: capacity (no free thread), transient (5xx, timeouts), unsolvable "
                   "(resubmitted), requeue (task put back on the queue).", ["class"])
@@ -124,12 +143,19 @@ def init(*, concurrency: int, budget_limit: int, monthly_price: float) -> None:
     BUILD_INFO.labels(__version__, platform.python_version()).set(1)
     CONCURRENCY.set(concurrency)
     BUDGET_LIMIT.set(budget_limit)
+    BUDGET_CONFIGURED.set(budget_limit)
+    BUDGET_FOLLOWS_PLAN.set(0)
     PLAN_MONTHLY_PRICE.set(monthly_price)
     for kind in (*methods.KIND_NAMES, "unknown"):  # unknown: tasks settled before their kind was known
         for outcome in OUTCOMES:
             TASKS.labels(kind, outcome)
     for cls in RETRY_CLASSES:
         RETRIES.labels(cls)
+    for outcome in RESUME_OUTCOMES:
+        RESUMES.labels(outcome)
+    for verdict in ("bad", "good"):
+        for outcome in REPORT_OUTCOMES:
+            REPORTS.labels(verdict, outcome)
     for state in ("pending", "processing", "dead"):
         QUEUE_DEPTH.labels(state)
     for reason in ("expired", "orphaned"):

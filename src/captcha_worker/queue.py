@@ -12,12 +12,18 @@ key                        type    meaning
 ``{q}:processing``         list    Claimed items. KEDA trigger 2 counts it, so in-flight work keeps pods.
 ``{q}:leases``             zset    processing item -> lease expiry (Redis server time, seconds).
 ``{q}:orphans``            zset    processing item without a lease -> when a reaper first saw it.
-``{q}:task:<id>``          hash    ``body`` (task JSON), ``attempts`` (claims so far), ``last_error``,
-                                   ``state`` (absent while queued; ``done`` / ``dead`` once finished). TTL
-                                   ``TASK_TTL_SECONDS`` from submission. ACK drops the body and keeps the rest
-                                   as a tombstone (so a late ``result()`` can tell "result expired" from
-                                   "unknown id", and a second submit of the id is a no-op); BURY keeps the body
-                                   for ``dead-letters requeue``.
+``{q}:task:<id>``          hash    ``body`` (task JSON); ``failures`` (API-side failures so far: MAX_ATTEMPTS
+                                   counts them); ``deaths`` (workers that died or stalled under it:
+                                   MAX_WORKER_DEATHS counts them); ``owner`` (the worker holding it now);
+                                   ``captcha_id`` and ``captcha_until`` (CaptchaAI's id of the solve in
+                                   progress, recorded as soon as in.php answers, and until when that id can
+                                   still be answered: a task requeued meanwhile is resumed under it);
+                                   ``last_error``; ``state`` (absent while queued; ``done`` / ``dead`` once
+                                   finished). TTL ``TASK_TTL_SECONDS`` from submission. ACK drops the body and
+                                   keeps the rest as a tombstone (so a late ``result()`` can tell "result
+                                   expired" from "unknown id", a second submit of the id is a no-op, and
+                                   ``report_bad`` finds the ``captcha_id`` of a solved task); BURY keeps the
+                                   body for ``dead-letters requeue``.
 ``{q}:result:<id>``        string  Result JSON. Written once (SET NX): the first writer wins. TTL.
 ``{q}:reply:<producer>``   list    Result JSON pushed for the producer process waiting on it. TTL. The
                                    gateway's replicas share one, ``{q}:reply:gateway``: each result reaches
@@ -25,13 +31,22 @@ key                        type    meaning
 ``{q}:callback:<id>``      string  A gateway task's ``pingback`` URL, written before its push (SET NX) and
                                    taken (GETDEL) by the gateway replica that receives the result. TTL
                                    ``TASK_TTL_SECONDS``.
-``{q}:dead``               list    Dead letters, newest first: JSON ``{id, reason, code, attempts, at, view}``;
-                                   ``view`` is a redacted, bounded view of the payload (no secret in clear).
-                                   Capped (LTRIM).
-``{q}:budget``             zset    Plan-thread budget: ``<worker>:<slot>`` -> expiry. At most
-                                   ``CAPTCHAAI_THREADS`` live members cluster-wide; a slot holds one while it
-                                   may call the API.
+``{q}:dead``               list    Dead letters, newest first: JSON ``{id, reason, code, attempts,
+                                   worker_deaths, at, view}``; ``view`` is a redacted, bounded view of the
+                                   payload (no secret in clear). Capped (LTRIM).
+``{q}:budget``             zset    Plan-thread budget: ``t:<task id>`` -> expiry, one unit per solve that may
+                                   be running at CaptchaAI (``budget``: taken by the claim, held past a
+                                   worker's death or drain while the API may still be solving).
+``{q}:limits``             zset    ``<limit>:<worker>`` -> expiry: the limit each live worker enforces; the
+                                   smallest one is the budget (``budget``).
+``{q}:tenants``            hash    The share table: tenant -> ``"<threads> <reserved>"`` (``shares``),
+                                   published whole by the gateway (SHARES). A tenant's in-flight solves are
+                                   its budget units (``t:gw:<tenant>:…``).
+``{q}:waiting:<tenant>``   list    A tenant's tasks that CLAIM sorted out of pending (``shares``), FIFO; the
+                                   claim serves the tenants from them by share. KEDA counts each.
 ``{q}:workers``            zset    worker id -> last heartbeat (server time).
+``{q}:reports``            list    ``report_bad`` / ``report_good`` requests (JSON ``{id, captcha_id,
+                                   verdict}``) a worker sends to CaptchaAI. Capped.
 ``COMPAT_QUEUE_LIST``      list    Optional (off by default): a list seed-guide producers RPUSH raw tasks to
                                    (``captcha:queue``). CLAIM takes from it when pending is empty. Not under
                                    the hash tag unless named so: fine on standalone/Sentinel, CROSSSLOT on
@@ -44,33 +59,48 @@ item in Python (``Claimed``), so one bad item never holds up the others of its b
 
 Transitions of one item (each arrow is one atomic step):
 
-    push           producer        -> pending                     (task hash written with TTL, attempts 0;
-                                                                   a known id is left alone: idempotent)
-    CLAIM          pending (then the compat list) -> processing + lease
-                                                                  (attempts + 1; batch, non-blocking).
-                                                                   A raw item over MAX_TASK_BYTES goes
-                                                                   straight to dead, unread by any worker.
-    BLMOVE+LEASE   pending         -> processing, then lease      (blocking path; the gap is covered by
-                                                                   the orphan rule below)
-    ADOPT          raw JSON task in processing -> its id in processing + lease (task hash created), or
+    push           producer        -> pending                     (task hash written with TTL; a known id is
+                                                                   left alone: idempotent)
+    CLAIM          pending (then the compat list) -> processing + lease + budget unit
+                                                                  (batch, non-blocking; owner recorded). An id
+                                                                   item needs a unit: a free one, or the one its
+                                                                   earlier owner left held; with none free the
+                                                                   claim stops (the item stays first). A raw
+                                                                   item needs none (no API call before ADOPT); one
+                                                                   over MAX_TASK_BYTES goes straight to dead,
+                                                                   unread by any worker.
+    BLMOVE+LEASE   pending         -> processing, then lease + unit (blocking path; no unit free: the item goes
+                                                                   back to the front. The gap is covered by the
+                                                                   orphan rule below)
+    ADOPT          raw JSON task in processing -> its id at the front of pending (task hash created), or
                                    dropped when its id is known already (a repeated push)
-    RENEW          lease expiry pushed forward by the owning worker's heartbeat
-    ACK            processing + lease -> result (NX) + reply push  (task body dropped, tombstone kept)
+    RECORD         in.php answered: captcha id on the task hash, its unit held until the id can no longer
+                                   be answered
+    RENEW          lease expiry pushed forward by the owning worker's heartbeat (units: ``budget``)
+    ACK            processing + lease -> result (NX) + reply push  (task body dropped, tombstone kept; unit
+                                                                   released, or held while the API may still
+                                                                   be solving)
     BURY           processing + lease -> dead (+ result + reply push when the id is known)
-    RELEASE        processing + lease -> pending (front or back; attempt refunded on graceful drain)
-    REAP           expired lease, or lease-less item older than the orphan grace -> pending (front)
-    REQUEUE_DEAD   dead -> pending (attempts reset) while the task body is still stored
+    RELEASE        processing + lease -> pending (front or back; an API-side failure counted or not; the unit
+                                   held while the solve may still run, so the next owner resumes it)
+    REAP           expired lease, or lease-less item older than the orphan grace -> pending (front; a death
+                                   counted). The unit is left to expire or to be resumed.
+    REQUEUE_DEAD   dead -> pending (counts reset) while the task body is still stored
+    REPORT         a solved task's captcha id -> reports
     LOOKUP         result, or the state of the id: queued / finished (result expired) / unknown
     TENANT_COUNTS  processing items that are gateway task ids (``gw:<tenant>:<n>``), counted by tenant
 
 A reaper runs in every worker; REAP is one script, so two reapers never requeue an item twice (LREM decides).
-An item requeued by a reaper that its old owner still solves may be solved twice; ACK's SET NX makes the
-producer see exactly one result. When a claim finds a result (or a tombstone) already written, the worker acks
-it unsolved.
+A task requeued while its solve may still be running at CaptchaAI (its worker died, drained past the grace, or
+failed its polls) is resumed by its next owner: it polls the recorded captcha id while that id can still be
+answered, and submits again only after. An item requeued by a reaper that its old owner still solves may be
+solved twice; ACK's SET NX makes the producer see exactly one result. When a claim finds a result (or a
+tombstone) already written, the worker acks it unsolved.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import time
@@ -83,12 +113,16 @@ from redis.asyncio import Redis
 from redis.client import NEVER_DECODE
 from redis.commands.core import AsyncScript
 
+from captcha_worker import budget
+from captcha_worker.budget import UNLIMITED, Budget, BudgetState
+from captcha_worker.codes import Code
 from captcha_worker.config import DEFAULT_DEAD_LETTER_MAX, DEFAULT_MAX_TASK_BYTES
 from captcha_worker.task import MAX_ID_LENGTH, Result, valid_task_id
 
 T = TypeVar("T")
 #: a value read from Redis as it is stored: decoded when it is valid UTF-8, else the bytes themselves
 Text = str | bytes
+REPORTS_MAX = 10_000  # report requests kept while no worker sends them
 
 # -- Lua ----------------------------------------------------------------------------------------------------
 # Server time keeps leases independent of worker clocks. Scripts are replicated by effects (Redis >= 5).
@@ -107,7 +141,7 @@ for k = 1, (#KEYS - 1) / 2 do
   local task, result = KEYS[2 * k], KEYS[2 * k + 1]
   local id, body = ARGV[2 * k + 1], ARGV[2 * k + 2]
   if redis.call('EXISTS', task) == 0 and redis.call('EXISTS', result) == 0 then
-    redis.call('HSET', task, 'body', body, 'attempts', 0)
+    redis.call('HSET', task, 'body', body)
     redis.call('EXPIRE', task, ttl)
     ids[#ids + 1] = id
   end
@@ -118,9 +152,14 @@ end
 return #ids
 """
 
-# Shared by CLAIM and LEASE: lease one item that is in processing; return {item, body|false, attempts, flag}
-# (flags as ClaimFlag). A raw item over the size limit is buried here, unread: {sha1, false, size, too large}.
-_LEASE_ITEM = f"\nlocal MAX_ID = {MAX_ID_LENGTH}" + """
+# Shared by CLAIM and LEASE: lease one item that is in processing. Returns its fields {item, body|false, failures,
+# deaths, flag, unit|false, captcha id|false, seconds that id can still be answered|false} (flags as ClaimFlag),
+# or nil when it needs a budget unit and none is free (the caller puts it back). A raw item over the size limit
+# is buried here, unread: {sha1, false, size, 0, too large, ...}. `c` holds the keys and arguments, `c.b` the
+# budget (budget.LUA).
+_LEASE_ITEM = budget.LUA + f"""
+local MAX_ID, TOO_LARGE = {MAX_ID_LENGTH}, '{Code.TASK_TOO_LARGE}'
+""" + """
 local FLAG_NONE, FLAG_DONE, FLAG_ITEM_TOO_LARGE, FLAG_BODY_TOO_LARGE = 0, 1, 2, 3
 local function is_id(item)
   return #item <= MAX_ID and string.find(item, '^[%w_.:%-]+$') ~= nil
@@ -130,64 +169,100 @@ local function bury_too_large(c, item)
   redis.call('ZREM', c.leases, item)
   local sha1 = redis.sha1hex(item)
   redis.call('LPUSH', c.dead, string.format('{"id":null,"reason":"payload is %d bytes, over the limit of %d",'
-    .. '"code":"TASK_TOO_LARGE","attempts":1,"at":%.3f,"view":"(%d bytes, sha1 %s)"}',
-    #item, c.max_bytes, now, #item, sha1))
+    .. '"code":"%s","attempts":1,"at":%.3f,"view":"(%d bytes, sha1 %s)"}',
+    #item, c.max_bytes, TOO_LARGE, now, #item, sha1))
   redis.call('LTRIM', c.dead, 0, c.dead_cap - 1)
-  return {sha1, false, #item, FLAG_ITEM_TOO_LARGE}
+  return {sha1, false, #item, 0, FLAG_ITEM_TOO_LARGE, false, false, false}
+end
+local function leased(c, item, flag)
+  redis.call('ZADD', c.leases, now + c.lease_s, item)
+  redis.call('ZREM', c.orphans, item)
+  return {item, false, 0, 0, flag, false, false, false}
 end
 local function lease(c, item)
   if #item > c.max_bytes then return bury_too_large(c, item) end
-  redis.call('ZADD', c.leases, now + c.lease_s, item)
-  redis.call('ZREM', c.orphans, item)
-  if not is_id(item) then return {item, false, 1, FLAG_NONE} end
+  if not is_id(item) then return leased(c, item, FLAG_NONE) end
   local task = c.task_prefix .. item
   if redis.call('EXISTS', c.result_prefix .. item) == 1 or redis.call('HEXISTS', task, 'state') == 1 then
-    return {item, false, 0, FLAG_DONE}
+    return leased(c, item, FLAG_DONE)
   end
   local size = redis.call('HSTRLEN', task, 'body')
-  if size == 0 then return {item, false, 0, FLAG_NONE} end
-  local attempts = redis.call('HINCRBY', task, 'attempts', 1)
-  if size > c.max_bytes then return {item, false, attempts, FLAG_BODY_TOO_LARGE} end
-  return {item, redis.call('HGET', task, 'body'), attempts, FLAG_NONE}
+  if size == 0 then return leased(c, item, FLAG_NONE) end
+  if size > c.max_bytes then return leased(c, item, FLAG_BODY_TOO_LARGE) end
+  local unit = UNIT_PREFIX .. item
+  if budget_take(c.b, unit, c.lease_s) == BUDGET_FULL then return nil end
+  leased(c, item, FLAG_NONE)
+  redis.call('HSET', task, 'owner', c.worker)
+  local f = redis.call('HMGET', task, 'failures', 'deaths', 'captcha_id', 'captcha_until', 'body')
+  local left = false
+  if f[3] and f[4] then left = string.format('%.3f', tonumber(f[4]) - now) end
+  return {item, f[5], tonumber(f[1] or 0), tonumber(f[2] or 0), FLAG_NONE, unit, f[3], left}
+end
+local function claim_ctx(k, a)
+  return {processing = k.processing, leases = k.leases, orphans = k.orphans, dead = k.dead,
+          lease_s = tonumber(a.lease_s), task_prefix = a.task_prefix, result_prefix = a.result_prefix,
+          max_bytes = tonumber(a.max_bytes), dead_cap = tonumber(a.dead_cap), worker = a.worker,
+          b = budget_open({units = k.budget, limits = k.limits, own = tonumber(a.limit)})}
 end
 """
 
-# KEYS[1] pending  KEYS[2] processing  KEYS[3] leases  KEYS[4] orphans  KEYS[5] dead  KEYS[6] compat list (absent
-# when off) | ARGV[1] max items  ARGV[2] lease s  ARGV[3] task key prefix  ARGV[4] result key prefix  ARGV[5] max
-# item bytes  ARGV[6] dead cap.   Returns the lease() quadruples, flattened.
+# KEYS[1] pending  KEYS[2] processing  KEYS[3] leases  KEYS[4] orphans  KEYS[5] dead  KEYS[6] budget  KEYS[7] limits
+# KEYS[8] compat list (absent when off) | ARGV[1] max items  ARGV[2] lease s  ARGV[3] task key prefix  ARGV[4]
+# result key prefix  ARGV[5] max item bytes  ARGV[6] dead cap  ARGV[7] worker  ARGV[8] its limit.   Returns
+# {effective limit, units in use, 1 = stopped for want of a unit, pending left, {lease() fields, flattened}}.
 _CLAIM = _NOW + _LEASE_ITEM + """
-local pending, processing, compat = KEYS[1], KEYS[2], KEYS[6]
-local c = {processing = processing, leases = KEYS[3], orphans = KEYS[4], dead = KEYS[5], lease_s = tonumber(ARGV[2]),
-           task_prefix = ARGV[3], result_prefix = ARGV[4], max_bytes = tonumber(ARGV[5]), dead_cap = tonumber(ARGV[6])}
-local out = {}
+local pending, processing, compat = KEYS[1], KEYS[2], KEYS[8]
+local c = claim_ctx({processing = processing, leases = KEYS[3], orphans = KEYS[4], dead = KEYS[5],
+                     budget = KEYS[6], limits = KEYS[7]},
+                    {lease_s = ARGV[2], task_prefix = ARGV[3], result_prefix = ARGV[4], max_bytes = ARGV[5],
+                     dead_cap = ARGV[6], worker = ARGV[7], limit = ARGV[8]})
+local out, full = {}, 0
 for _ = 1, tonumber(ARGV[1]) do
+  local source = pending
   local item = redis.call('LMOVE', pending, processing, 'LEFT', 'RIGHT')
-  if not item and compat then item = redis.call('LMOVE', compat, processing, 'LEFT', 'RIGHT') end
+  if not item and compat then
+    source = compat
+    item = redis.call('LMOVE', compat, processing, 'LEFT', 'RIGHT')
+  end
   if not item then break end
-  for _, v in ipairs(lease(c, item)) do out[#out + 1] = v end
+  local fields = lease(c, item)
+  if not fields then
+    redis.call('LMOVE', processing, source, 'RIGHT', 'LEFT')
+    full = 1
+    break
+  end
+  for _, v in ipairs(fields) do out[#out + 1] = v end
 end
-return out
+return {c.b.limit, c.b.in_use, full, redis.call('LLEN', pending), out}
 """
 
-# After a blocking BLMOVE. KEYS[1] processing  KEYS[2] leases  KEYS[3] orphans  KEYS[4] dead | ARGV[1] item
-# ARGV[2] lease s  ARGV[3] task key prefix  ARGV[4] result key prefix  ARGV[5] max item bytes  ARGV[6] dead cap.
-# Returns {} when a reaper already took the item back, else the lease() quadruple.
+# After a blocking BLMOVE. KEYS[1] processing  KEYS[2] leases  KEYS[3] orphans  KEYS[4] dead  KEYS[5] budget
+# KEYS[6] limits  KEYS[7] pending | ARGV[1] item  then as CLAIM's ARGV[2..8].   Returns CLAIM's reply with no
+# item when a reaper already took the item back, or when no unit is free (the item goes back to the front).
 _LEASE = _NOW + _LEASE_ITEM + """
-local processing, item = KEYS[1], ARGV[1]
-if not redis.call('LPOS', processing, item) then return {} end
-return lease({processing = processing, leases = KEYS[2], orphans = KEYS[3], dead = KEYS[4],
-              lease_s = tonumber(ARGV[2]), task_prefix = ARGV[3], result_prefix = ARGV[4],
-              max_bytes = tonumber(ARGV[5]), dead_cap = tonumber(ARGV[6])}, item)
+local processing, pending, item = KEYS[1], KEYS[7], ARGV[1]
+local c = claim_ctx({processing = processing, leases = KEYS[2], orphans = KEYS[3], dead = KEYS[4],
+                     budget = KEYS[5], limits = KEYS[6]},
+                    {lease_s = ARGV[2], task_prefix = ARGV[3], result_prefix = ARGV[4], max_bytes = ARGV[5],
+                     dead_cap = ARGV[6], worker = ARGV[7], limit = ARGV[8]})
+if not redis.call('LPOS', processing, item) then return {c.b.limit, c.b.in_use, 0, redis.call('LLEN', pending), {}} end
+local fields = lease(c, item)
+if not fields then
+  redis.call('LREM', processing, -1, item)
+  redis.call('LPUSH', pending, item)
+  return {c.b.limit, c.b.in_use, 1, redis.call('LLEN', pending), {}}
+end
+return {c.b.limit, c.b.in_use, 0, redis.call('LLEN', pending), fields}
 """
 
-# KEYS[1] zset of leases or budget | ARGV[1] lease s  ARGV[2..] members.  Renews members still present and
-# returns the ones that are gone (reaped, expired).
+# KEYS[1] leases | ARGV[1] lease s  ARGV[2..] items.   Renews leases still present and returns the items whose
+# lease is gone (reaped).
 _RENEW = _NOW + """
-local zset, lease_s = KEYS[1], tonumber(ARGV[1])
+local leases, lease_s = KEYS[1], tonumber(ARGV[1])
 local lost = {}
 for i = 2, #ARGV do
-  if redis.call('ZSCORE', zset, ARGV[i]) then
-    redis.call('ZADD', zset, now + lease_s, ARGV[i])
+  if redis.call('ZSCORE', leases, ARGV[i]) then
+    redis.call('ZADD', leases, now + lease_s, ARGV[i])
   else
     lost[#lost + 1] = ARGV[i]
   end
@@ -196,26 +271,45 @@ return lost
 """
 
 # KEYS[1] processing  KEYS[2] leases  KEYS[3] task hash (of the id)  KEYS[4] orphans  KEYS[5] result (of the id)
-# ARGV[1] raw  ARGV[2] body  ARGV[3] task ttl  ARGV[4] lease s  ARGV[5] id.   Replaces a raw item by its id.
-# Returns attempts, LOST (a reaper took the raw item back) or DUPLICATE (the id is known: the raw item is dropped).
-_ADOPT = _NOW + """
-local LOST, DUPLICATE = -1, -2
-local processing, leases, task, orphans, result = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local raw, body, ttl, lease_s, id = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+# KEYS[6] pending | ARGV[1] raw  ARGV[2] body  ARGV[3] task ttl  ARGV[4] id.   Replaces a raw item by its id, at the
+# front of pending (it is claimed again as a task, with a budget unit). Returns ADOPTED, LOST (a reaper took the
+# raw item back) or DUPLICATE (the id is known: the raw item is dropped).
+_ADOPT = """
+local ADOPTED, LOST, DUPLICATE = 1, -1, -2
+local processing, leases, task, orphans, result, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local raw, body, ttl, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if redis.call('LREM', processing, 1, raw) == 0 then return LOST end
 redis.call('ZREM', leases, raw)
 redis.call('ZREM', orphans, raw)
 if redis.call('EXISTS', task) == 1 or redis.call('EXISTS', result) == 1 then return DUPLICATE end
 redis.call('HSET', task, 'body', body)
-local attempts = redis.call('HINCRBY', task, 'attempts', 1)
 redis.call('EXPIRE', task, ttl)
-redis.call('RPUSH', processing, id)
-redis.call('ZADD', leases, now + lease_s, id)
-return attempts
+redis.call('LPUSH', pending, id)
+return ADOPTED
 """
 
-# Shared by ACK and BURY: write the result once and notify the producer.
-_DELIVER = """
+# KEYS[1] task hash  KEYS[2] budget | ARGV[1] worker  ARGV[2] unit  ARGV[3] captcha id  ARGV[4] seconds that id
+# can be answered.   in.php answered: the id goes on the task (the next owner resumes it) and the unit is held
+# until then. Returns RECORDED, or STRAY when another worker owns the task now (this one stalled past its
+# lease): the solve then gets a unit of its own (budget.stray_unit) and the task is left alone.
+_RECORD = _NOW + budget.LUA + """
+local RECORDED, STRAY = 1, 0
+local task, units, worker, unit, captcha, window = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local owner = redis.call('HGET', task, 'owner')
+if owner and owner ~= worker then
+  redis.call('ZADD', units, 'GT', now + window, unit .. STRAY_MARK .. captcha)
+  return STRAY
+end
+if redis.call('EXISTS', task) == 1 then
+  redis.call('HSET', task, 'captcha_id', captcha, 'captcha_until', string.format('%.3f', now + window))
+end
+redis.call('ZADD', units, 'GT', now + window, unit)
+return RECORDED
+"""
+
+# Shared by ACK, BURY and RELEASE: write the result once and notify the producer; whether the caller still owns
+# the task (budget_settle).
+_DELIVER = budget.LUA + """
 local function deliver(result_key, reply_key, result, result_ttl, reply_ttl)
   if result == '' then return 0 end
   if not redis.call('SET', result_key, result, 'NX', 'EX', result_ttl) then return 0 end
@@ -225,55 +319,86 @@ local function deliver(result_key, reply_key, result, result_ttl, reply_ttl)
   end
   return 1
 end
+local function owns(task, worker)
+  local owner = redis.call('HGET', task, 'owner')
+  return not owner or owner == worker
+end
 """
 
 # KEYS[1] processing  KEYS[2] leases  KEYS[3] task hash  KEYS[4] result  KEYS[5] reply list (= KEYS[4]: none)
-# ARGV[1] item  ARGV[2] result JSON ('' = drop the item: its result exists)  ARGV[3] result ttl  ARGV[4] reply
-# ttl.   Returns 1 if this result won.  The task hash loses its body and stays, until its TTL, as a tombstone.
-_ACK = _DELIVER + """
+# KEYS[6] budget | ARGV[1] item  ARGV[2] result JSON ('' = drop the item: its result exists)  ARGV[3] result ttl
+# ARGV[4] reply ttl  ARGV[5] worker  ARGV[6] unit ('' none)  ARGV[7] seconds to hold it (0: release)  ARGV[8]
+# captcha id of the answer, kept on the tombstone for reports ('' none).   Returns 1 if this result won.  The
+# task hash loses its body and stays, until its TTL, as a tombstone.
+_ACK = _NOW + _DELIVER + """
 local processing, leases, task, item = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local worker, unit, hold_s, captcha = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
 redis.call('LREM', processing, 1, item)
 redis.call('ZREM', leases, item)
+budget_settle(KEYS[6], unit, hold_s, owns(task, worker))
 if ARGV[2] ~= '' and redis.call('EXISTS', task) == 1 then
-  redis.call('HDEL', task, 'body')
-  redis.call('HSET', task, 'state', 'done')
+  redis.call('HSET', task, 'state', 'done')  -- first: a hash left without fields would be deleted, and its TTL lost
+  redis.call('HDEL', task, 'body', 'owner', 'captcha_until', 'captcha_id')
+  if captcha ~= '' then redis.call('HSET', task, 'captcha_id', captcha) end
 end
 return deliver(KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4])
 """
 
 # KEYS[1] processing  KEYS[2] leases  KEYS[3] dead  KEYS[4] task hash  KEYS[5] result  KEYS[6] reply (= KEYS[5]
-# when none) | ARGV[1] item  ARGV[2] dead entry JSON  ARGV[3] dead cap  ARGV[4] result JSON or ''  ARGV[5] result
-# ttl  ARGV[6] reply ttl  ARGV[7] '1' = the item is a raw payload naming the id: answer only an unknown id (never
-# pre-empt the result of a real task of that id).   Returns {buried, answered}: buried 0 when the item was no
-# longer in processing; answered 1 when the result was written.
-_BURY = _DELIVER + """
+# when none)  KEYS[7] budget | ARGV[1] item  ARGV[2] dead entry JSON  ARGV[3] dead cap  ARGV[4] result JSON or ''
+# ARGV[5] result ttl  ARGV[6] reply ttl  ARGV[7] '1' = the item is a raw payload naming the id: answer only an
+# unknown id (never pre-empt the result of a real task of that id)  ARGV[8] worker  ARGV[9] unit ('' none)
+# ARGV[10] seconds to hold it.   Returns {buried, answered}: buried 0 when the item was no longer in processing;
+# answered 1 when the result was written.
+_BURY = _NOW + _DELIVER + """
 local processing, leases, dead, task, item = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local raw, worker, unit, hold_s = ARGV[7] == '1', ARGV[8], ARGV[9], tonumber(ARGV[10])
+local mine = raw or owns(task, worker)
+budget_settle(KEYS[7], unit, hold_s, mine)
 if redis.call('LREM', processing, 1, item) == 0 then return {0, 0} end
 redis.call('ZREM', leases, item)
 redis.call('LPUSH', dead, ARGV[2])
 redis.call('LTRIM', dead, 0, tonumber(ARGV[3]) - 1)
 local known = redis.call('EXISTS', task) == 1
-if known and ARGV[7] ~= '1' then redis.call('HSET', task, 'state', 'dead') end
-if known and ARGV[7] == '1' then return {1, 0} end
+if known and not raw then
+  redis.call('HSET', task, 'state', 'dead')
+  redis.call('HDEL', task, 'owner')
+end
+if known and raw then return {1, 0} end
 return {1, deliver(KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6])}
 """
 
-# KEYS[1] processing  KEYS[2] leases  KEYS[3] pending  KEYS[4] task hash | ARGV[1] item  ARGV[2] '1' = refund
-# the attempt  ARGV[3] '1' = front  ARGV[4] last error ('' = keep).   Returns 1 if requeued.
-_RELEASE = """
+# KEYS[1] processing  KEYS[2] leases  KEYS[3] pending  KEYS[4] task hash  KEYS[5] budget | ARGV[1] item  ARGV[2]
+# '1' = count an API-side failure  ARGV[3] '1' = front  ARGV[4] last error ('' = keep)  ARGV[5] worker  ARGV[6] unit
+# ('' none)  ARGV[7] seconds the solve may still run at the API (0: it is over)  ARGV[8] its captcha id ('' none).
+# Returns 1 if requeued.  With a solve still running, the id is recorded and the unit held: the next owner
+# resumes the solve instead of submitting again.
+_RELEASE = _NOW + _DELIVER + """
 local processing, leases, pending, task, item = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local worker, unit, hold_s, captcha = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
+local mine = owns(task, worker)
+budget_settle(KEYS[5], unit, hold_s, mine)
 if redis.call('LREM', processing, 1, item) == 0 then return 0 end
 redis.call('ZREM', leases, item)
 if ARGV[3] == '1' then redis.call('LPUSH', pending, item) else redis.call('RPUSH', pending, item) end
 if redis.call('EXISTS', task) == 1 then
-  if ARGV[2] == '1' then redis.call('HINCRBY', task, 'attempts', -1) end
+  if ARGV[2] == '1' then redis.call('HINCRBY', task, 'failures', 1) end
   if ARGV[4] ~= '' then redis.call('HSET', task, 'last_error', ARGV[4]) end
+  if mine then
+    redis.call('HDEL', task, 'owner')
+    if hold_s > 0 and captcha ~= '' then
+      redis.call('HSET', task, 'captcha_id', captcha, 'captcha_until', string.format('%.3f', now + hold_s))
+    elseif hold_s <= 0 then
+      redis.call('HDEL', task, 'captcha_id', 'captcha_until')
+    end
+  end
 end
 return 1
 """
 
 # KEYS[1] processing  KEYS[2] leases  KEYS[3] pending  KEYS[4] orphans | ARGV[1] orphan grace s  ARGV[2] max
-# items per run  ARGV[3] task key prefix.   Returns {expired requeued, orphans requeued}.
+# items per run  ARGV[3] task key prefix.   Returns {expired requeued, orphans requeued}.  Each requeue counts a
+# worker death on the task; its budget unit is left alone (it expires, or the next owner resumes its solve).
 _REAP = _NOW + """
 local processing, leases, pending, orphans = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local grace, limit, task_prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -281,7 +406,11 @@ local function requeue(item, why)
   if redis.call('LREM', processing, 1, item) == 0 then return 0 end
   redis.call('LPUSH', pending, item)
   local task = task_prefix .. item
-  if redis.call('EXISTS', task) == 1 then redis.call('HSET', task, 'last_error', why) end
+  if redis.call('EXISTS', task) == 1 then
+    redis.call('HSET', task, 'last_error', why)
+    redis.call('HINCRBY', task, 'deaths', 1)
+    redis.call('HDEL', task, 'owner')
+  end
   return 1
 end
 local expired = 0
@@ -305,22 +434,6 @@ redis.call('ZREMRANGEBYSCORE', orphans, '-inf', now - 10 * grace)
 return {expired, orphaned}
 """
 
-# KEYS[1] budget | ARGV[1] limit  ARGV[2] lease s  ARGV[3..] members wanted.   Returns the members granted.
-_BUDGET_ACQUIRE = _NOW + """
-local budget, lease_s = KEYS[1], tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', budget, '-inf', now)
-local free = tonumber(ARGV[1]) - redis.call('ZCARD', budget)
-local granted = {}
-for i = 3, #ARGV do
-  if free <= 0 then break end
-  if redis.call('ZADD', budget, 'NX', now + lease_s, ARGV[i]) == 1 then
-    free = free - 1
-    granted[#granted + 1] = ARGV[i]
-  end
-end
-return granted
-"""
-
 # KEYS[1] dead  KEYS[2] pending  KEYS[3] task hash  KEYS[4] result | ARGV[1] dead entry  ARGV[2] item to push
 # ARGV[3] mode: 'stored' (the task's stored body), 'body' (ARGV[5], from an entry of an older version), 'raw'
 # (push ARGV[2] as it is)  ARGV[4] task ttl  ARGV[5] body.   Returns 1, 0 (entry gone) or GONE (no body left).
@@ -333,8 +446,8 @@ if mode == 'stored' and redis.call('HEXISTS', task, 'body') == 0 then return GON
 redis.call('LREM', dead, 1, entry)
 if mode ~= 'raw' then
   if mode == 'body' then redis.call('HSET', task, 'body', ARGV[5]) end
-  redis.call('HSET', task, 'attempts', 0)
-  redis.call('HDEL', task, 'state', 'last_error')
+  redis.call('HDEL', task, 'state', 'last_error', 'attempts', 'failures', 'deaths', 'owner', 'captcha_id',
+             'captcha_until')
   redis.call('EXPIRE', task, ttl)
   redis.call('DEL', result)
 end
@@ -377,18 +490,38 @@ return out
 """
 
 # Shared by STATS and HEARTBEAT. KEYS[1] pending  KEYS[2] processing  KEYS[3] dead  KEYS[4] budget  KEYS[5] workers
-# ARGV[1] worker alive window s.   Everything `stats` shows, in one reply.
-_COUNTS = """
-return {redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[2]), redis.call('LLEN', KEYS[3]),
-        redis.call('ZCOUNT', KEYS[4], now, '+inf'), redis.call('ZCOUNT', KEYS[5], now - tonumber(ARGV[1]), '+inf')}
+# KEYS[6] limits | ARGV[1] worker alive window s, then the caller's own limit in `own`.   Everything `stats` shows,
+# in one reply: the list lengths, units in use, workers alive, the effective limit.
+_COUNTS = budget.LUA + """
+local b = budget_open({units = KEYS[4], limits = KEYS[6], own = own})
+return {redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[2]), redis.call('LLEN', KEYS[3]), b.in_use,
+        redis.call('ZCOUNT', KEYS[5], now - tonumber(ARGV[1]), '+inf'), b.limit}
 """
-_STATS = _NOW + _COUNTS
+_STATS = _NOW + f"\nlocal own = {UNLIMITED}\n" + _COUNTS
 
-# KEYS as _COUNTS | ARGV[1] alive window s  ARGV[2] worker id.   Records the worker as alive, returns the counts.
+# KEYS as _COUNTS | ARGV[1] alive window s  ARGV[2] worker id  ARGV[3] its limits member  ARGV[4] its previous
+# member ('' none)  ARGV[5] how long its limit holds without a heartbeat (s)  ARGV[6] its limit.   Records the
+# worker as alive and the limit it enforces; returns the counts.
 _HEARTBEAT = _NOW + """
+local own = tonumber(ARGV[6])
 redis.call('ZADD', KEYS[5], now, ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - 3600)
+if ARGV[4] ~= '' and ARGV[4] ~= ARGV[3] then redis.call('ZREM', KEYS[6], ARGV[4]) end
+redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
 """ + _COUNTS
+
+# KEYS[1] task hash  KEYS[2] reports | ARGV[1] verdict ('bad' / 'good')  ARGV[2] task id  ARGV[3] cap.   Queues a
+# report of a solved task's answer; returns its captcha id, or '' when the task was not solved at the API (not
+# yet, never, or so long ago that its record expired).
+_REPORT = """
+local task, reports, verdict, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local captcha = redis.call('HGET', task, 'captcha_id')
+if redis.call('HGET', task, 'state') ~= 'done' or not captcha then return '' end
+redis.call('RPUSH', reports, string.format('{"id":"%s","captcha_id":"%s","verdict":"%s"}', id, captcha, verdict))
+redis.call('LTRIM', reports, -tonumber(ARGV[3]), -1)
+return captcha
+"""
 
 # KEYS[1] the seed guide's results hash | ARGV[1] field (task id)  ARGV[2] entry JSON  ARGV[3] ttl s.   The hash
 # is bounded: its TTL is refreshed by every write, and each field expires by itself where the server has
@@ -435,8 +568,16 @@ class Keys:
         return self._k("budget")
 
     @property
+    def limits(self) -> str:
+        return self._k("limits")
+
+    @property
     def workers(self) -> str:
         return self._k("workers")
+
+    @property
+    def reports(self) -> str:
+        return self._k("reports")
 
     @property
     def task_prefix(self) -> str:
@@ -493,16 +634,42 @@ class ClaimFlag(enum.IntEnum):
     BODY_TOO_LARGE = 3  # the stored body is over the size limit (not shipped)
 
 
+_FIELDS = 8  # values per claimed item in a CLAIM / LEASE reply (_LEASE_ITEM)
+
+
 @dataclass(frozen=True)
 class Claimed:
     item: Text  # exactly what sits in processing (a task id, or a raw payload); for ITEM_TOO_LARGE its SHA-1
     body: Text | None  # task JSON; None for raw items, a missing body, and the flags
-    attempts: int  # claims so far; for ITEM_TOO_LARGE the item's size in bytes
+    failures: int = 0  # API-side failures so far; for ITEM_TOO_LARGE the item's size in bytes
+    deaths: int = 0  # workers that died under the task so far
     flag: ClaimFlag = ClaimFlag.NONE
+    unit: str | None = None  # the budget unit the claim took (or found held): None when no API call is to come
+    captcha_id: str | None = None  # the solve an earlier owner left running at the API
+    captcha_left_s: float | None = None  # how long that id can still be answered (server time; <= 0: no more)
 
     @property
     def done(self) -> bool:
         return self.flag is ClaimFlag.DONE
+
+    @property
+    def attempt(self) -> int:
+        """The attempt this claim runs: one more than the API-side failures so far."""
+        return self.failures + 1
+
+    @property
+    def resumable(self) -> bool:
+        return self.captcha_id is not None and (self.captcha_left_s or 0.0) > 0
+
+
+@dataclass(frozen=True)
+class ClaimReply:
+    """A CLAIM (or LEASE) reply: the items, and the budget as the script saw it."""
+
+    items: list[Claimed]
+    budget: BudgetState
+    budget_full: bool  # the claim stopped because no unit was free (items are waiting for a plan thread)
+    pending: int  # items left in pending
 
 
 @dataclass(frozen=True)
@@ -510,6 +677,25 @@ class Ack:
     item: Text  # as in processing
     result: Result | None  # None: drop the item (its result exists already)
     reply_to: str | None = None
+    unit: str | None = None  # the job's budget unit
+    hold_s: float = 0.0  # > 0: the solve may run that long at the API (a timeout): the unit stays counted
+    worker: str = ""
+
+
+@dataclass(frozen=True)
+class Record:
+    """in.php answered: the task's solve is `captcha_id`, answerable `window_s` more seconds."""
+
+    task_id: str
+    worker: str
+    unit: str
+    captcha_id: str
+    window_s: float
+
+
+class RecordOutcome(enum.IntEnum):
+    STRAY = 0  # another worker owns the task now: the solve got a unit of its own (budget.stray_unit)
+    RECORDED = 1
 
 
 @dataclass(frozen=True)
@@ -519,6 +705,7 @@ class QueueStats:
     dead: int
     budget_in_use: int
     workers_alive: int
+    budget_limit: int | None = None  # the effective limit; None when no live worker registered one
 
 
 class Lookup(enum.Enum):
@@ -527,6 +714,28 @@ class Lookup(enum.Enum):
     QUEUED = "queued"  # pending or being solved
     FINISHED = "finished"  # finished, but its result expired (RESULT_TTL_SECONDS)
     UNKNOWN = ""  # never submitted to this queue, or so long ago that even its tombstone expired
+
+
+class Verdict(enum.StrEnum):
+    """What a producer reports of an answer (res.php reportbad / reportgood)."""
+
+    BAD = "bad"
+    GOOD = "good"
+
+
+@dataclass(frozen=True)
+class Report:
+    task_id: str
+    captcha_id: str
+    verdict: Verdict
+
+    @staticmethod
+    def parse(raw: Text) -> Report | None:
+        try:
+            data = json.loads(raw)
+            return Report(str(data["id"]), str(data["captcha_id"]), Verdict(data["verdict"]))
+        except (ValueError, TypeError, KeyError):
+            return None
 
 
 @dataclass(frozen=True)
@@ -540,6 +749,7 @@ class DeadLetter:
     view: str | None  # a redacted, bounded view of the payload
     legacy_body: str | None = None  # entries written before views existed held the body in clear...
     legacy_raw: str | None = None  # ... or the raw payload
+    worker_deaths: int = 0
 
     @staticmethod
     def parse(raw: Text) -> DeadLetter:
@@ -550,7 +760,8 @@ class DeadLetter:
             return DeadLetter(raw=raw, id=_opt_str(data.get("id")), reason=str(data.get("reason", "")),
                               code=str(data.get("code", "")), attempts=int(data.get("attempts", 0)),
                               at=float(data.get("at", 0)), view=_opt_str(data.get("view")),
-                              legacy_body=_opt_str(data.get("body")), legacy_raw=_opt_str(data.get("raw")))
+                              legacy_body=_opt_str(data.get("body")), legacy_raw=_opt_str(data.get("raw")),
+                              worker_deaths=int(data.get("worker_deaths", 0)))
         except (ValueError, TypeError):
             return DeadLetter(raw=raw, id=None, reason="unreadable dead-letter entry", code="", attempts=0, at=0.0,
                               view=None)
@@ -560,9 +771,11 @@ def _opt_str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def dead_entry(*, reason: str, code: str, task_id: str | None, view: str | None, attempts: int) -> str:
+def dead_entry(*, reason: str, code: str, task_id: str | None, view: str | None, attempts: int,
+               worker_deaths: int = 0) -> str:
     """A dead-letter entry. `view` must already be redacted (task.payload_view)."""
-    data: dict[str, Any] = {"id": task_id, "reason": reason, "code": code, "attempts": attempts, "at": time.time()}
+    data: dict[str, Any] = {"id": task_id, "reason": reason, "code": code, "attempts": attempts,
+                            "worker_deaths": worker_deaths, "at": time.time()}
     if view is not None:
         data["view"] = view
     return json.dumps(data, separators=(",", ":"))
@@ -581,14 +794,13 @@ def as_text(value: bytes) -> Text:
         return value
 
 
-def _strs(values: Any) -> list[str]:
-    return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
-
-
 def _str_or_none(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+Call = tuple[AsyncScript, list[str], list[Any]]
 
 
 class Queue:
@@ -597,11 +809,12 @@ class Queue:
     def __init__(self, redis: Redis, name: str) -> None:
         self.redis = redis
         self.keys = Keys(name)
+        self.budget = Budget(redis, units=self.keys.budget, limits=self.keys.limits)
         reg = redis.register_script
         self._push, self._claim, self._lease = reg(_PUSH), reg(_CLAIM), reg(_LEASE)
-        self._renew, self._adopt, self._ack = reg(_RENEW), reg(_ADOPT), reg(_ACK)
+        self._renew, self._adopt, self._ack, self._record = reg(_RENEW), reg(_ADOPT), reg(_ACK), reg(_RECORD)
         self._bury, self._release, self._reap = reg(_BURY), reg(_RELEASE), reg(_REAP)
-        self._budget_acquire, self._heartbeat = reg(_BUDGET_ACQUIRE), reg(_HEARTBEAT)
+        self._heartbeat, self._report = reg(_HEARTBEAT), reg(_REPORT)
         self._requeue_dead, self._stats, self._lookup = reg(_REQUEUE_DEAD), reg(_STATS), reg(_LOOKUP)
         self._seed_result, self._tenant_counts = reg(_SEED_RESULT), reg(_TENANT_COUNTS)
 
@@ -610,15 +823,15 @@ class Queue:
                    batch: int = 500) -> int:
         """Store (id, body) pairs and enqueue their ids: one PUSH call per `batch` tasks, all pipelined.
         Ids already known (queued, or finished within the task TTL) are left alone. Returns how many were new."""
-        calls = []
+        calls: list[Call] = []
         for i in range(0, len(tasks), batch):
             chunk = tasks[i:i + batch]
             keys, args = [self.keys.pending], [ttl, "1" if front else "0"]
             for tid, body in chunk:
                 keys += [self.keys.task(tid), self.keys.result(tid)]
                 args += [tid, body]
-            calls.append((keys, args))
-        return sum(int(n) for n in await self._run_many(self._push, calls)) if calls else 0
+            calls.append((self._push, keys, args))
+        return sum(int(n) for n in await self._run_many(calls)) if calls else 0
 
     async def lookup(self, ids: Sequence[str]) -> list[Text | Lookup]:
         """Per id: its stored result JSON, or what is known of it (one script call for all)."""
@@ -628,115 +841,152 @@ class Queue:
         values = await self._eval_raw(self._lookup, keys, [])
         return [_lookup_marker(v) for v in values]
 
+    async def report(self, task_id: str, verdict: Verdict) -> str | None:
+        """Queue a report of a solved task's answer for a worker to send; its captcha id, or None when the task
+        has no answer from the API to report (not solved yet, failed, never submitted, or its record expired)."""
+        captcha = await self._report(keys=[self.keys.task(task_id), self.keys.reports],
+                                     args=[verdict.value, task_id, REPORTS_MAX])
+        return _str_or_none(captcha) or None
+
+    async def take_reports(self, n: int) -> list[Report]:
+        """Up to n queued reports, oldest first (removed: the caller sends them)."""
+        raws = await self._raw("LPOP", self.keys.reports, n)
+        return [r for r in (Report.parse(as_text(x)) for x in raws or []) if r is not None]
+
     # claim ------------------------------------------------------------------------------------------------
-    def _claim_args(self, lease_s: float, max_bytes: int, dead_max: int) -> list[Any]:
-        return [lease_s, self.keys.task_prefix, self.keys.result_prefix, max_bytes, dead_max]
+    def _claim_args(self, lease_s: float, max_bytes: int, dead_max: int, worker: str, limit: int) -> list[Any]:
+        return [lease_s, self.keys.task_prefix, self.keys.result_prefix, max_bytes, dead_max, worker, limit]
 
     async def claim(self, n: int, *, lease_s: float, max_bytes: int = DEFAULT_MAX_TASK_BYTES,
-                    dead_max: int = DEFAULT_DEAD_LETTER_MAX, compat_list: str | None = None) -> list[Claimed]:
-        """Claim up to n items from pending (then from `compat_list`), leased. Raw items over `max_bytes` are
-        dead-lettered by the script and come back flagged ITEM_TOO_LARGE."""
+                    dead_max: int = DEFAULT_DEAD_LETTER_MAX, compat_list: str | None = None, worker: str = "",
+                    limit: int = UNLIMITED) -> list[Claimed]:
+        """Claim up to n items from pending (then from `compat_list`), leased, each task with its budget unit.
+        Raw items over `max_bytes` are dead-lettered by the script and come back flagged ITEM_TOO_LARGE."""
+        reply = await self.claim_reply(n, lease_s=lease_s, max_bytes=max_bytes, dead_max=dead_max,
+                                       compat_list=compat_list, worker=worker, limit=limit)
+        return reply.items
+
+    async def claim_reply(self, n: int, *, lease_s: float, max_bytes: int = DEFAULT_MAX_TASK_BYTES,
+                          dead_max: int = DEFAULT_DEAD_LETTER_MAX, compat_list: str | None = None, worker: str = "",
+                          limit: int = UNLIMITED) -> ClaimReply:
+        """`claim`, with the budget as the script saw it (`limit`: the caller's own, see ``budget``)."""
         k = self.keys
-        keys = [k.pending, k.processing, k.leases, k.orphans, k.dead, *([compat_list] if compat_list else [])]
-        flat = await self._eval_raw(self._claim, keys, [n, *self._claim_args(lease_s, max_bytes, dead_max)])
-        return [_claimed(flat[i:i + 4]) for i in range(0, len(flat), 4)]
+        keys = [k.pending, k.processing, k.leases, k.orphans, k.dead, k.budget, k.limits,
+                *([compat_list] if compat_list else [])]
+        reply = await self._eval_raw(self._claim, keys,
+                                     [n, *self._claim_args(lease_s, max_bytes, dead_max, worker, limit)])
+        return _claim_reply(reply)
 
     async def claim_blocking(self, *, timeout_s: float, lease_s: float, max_bytes: int = DEFAULT_MAX_TASK_BYTES,
-                             dead_max: int = DEFAULT_DEAD_LETTER_MAX) -> Claimed | None:
-        """Wait up to timeout_s for one item (BLMOVE), then lease it."""
+                             dead_max: int = DEFAULT_DEAD_LETTER_MAX, worker: str = "",
+                             limit: int = UNLIMITED) -> ClaimReply | None:
+        """Wait up to timeout_s for one item (BLMOVE), then lease it (None: nothing came)."""
         k = self.keys
         item = await self._raw("BLMOVE", k.pending, k.processing, "LEFT", "RIGHT", timeout_s)
         if item is None:
             return None
-        quad = await self._eval_raw(self._lease, [k.processing, k.leases, k.orphans, k.dead],
-                                    [item, *self._claim_args(lease_s, max_bytes, dead_max)])
-        return _claimed(quad) if quad else None
+        reply = await self._eval_raw(self._lease, [k.processing, k.leases, k.orphans, k.dead, k.budget, k.limits,
+                                                   k.pending],
+                                     [item, *self._claim_args(lease_s, max_bytes, dead_max, worker, limit)])
+        return _claim_reply(reply)
 
-    async def adopt(self, raw: Text, task_id: str, body: str, *, ttl: int, lease_s: float) -> int | None:
-        """Turn a raw item in processing into a task hash + id item. Returns attempts; None when a reaper took
-        the item back; 0 when the id is known already (the raw item was a repeated push: dropped)."""
+    async def adopt(self, raw: Text, task_id: str, body: str, *, ttl: int) -> bool | None:
+        """Turn a raw item in processing into a task hash and its id at the front of pending. True when adopted;
+        None when a reaper took the item back; False when the id is known already (a repeated push: dropped)."""
         k = self.keys
-        attempts = int(await self._adopt(keys=[k.processing, k.leases, k.task(task_id), k.orphans, k.result(task_id)],
-                                         args=[raw, body, ttl, lease_s, task_id]))
-        return None if attempts == -1 else max(attempts, 0)
+        done = int(await self._adopt(keys=[k.processing, k.leases, k.task(task_id), k.orphans, k.result(task_id),
+                                           k.pending], args=[raw, body, ttl, task_id]))
+        return None if done == -1 else done == 1
 
-    # lease and budget upkeep ------------------------------------------------------------------------------
+    # lease upkeep -----------------------------------------------------------------------------------------
     async def renew(self, items: Sequence[Text], *, lease_s: float) -> list[Text]:
         """Extend leases; returns items whose lease is gone."""
         if not items:
             return []
         return [as_text(v) for v in await self._eval_raw(self._renew, [self.keys.leases], [lease_s, *items])]
 
-    async def budget_acquire(self, members: Sequence[str], *, limit: int, lease_s: float) -> list[str]:
-        if not members:
-            return []
-        return _strs(await self._budget_acquire(keys=[self.keys.budget], args=[limit, lease_s, *members]))
-
-    async def budget_renew(self, members: Sequence[str], *, lease_s: float) -> list[str]:
-        if not members:
-            return []
-        return _strs(await self._renew(keys=[self.keys.budget], args=[lease_s, *members]))
-
-    async def budget_release(self, members: Sequence[str]) -> None:
-        if members:
-            await self.redis.zrem(self.keys.budget, *members)
-
     def _count_keys(self) -> list[str]:
         k = self.keys
-        return [k.pending, k.processing, k.dead, k.budget, k.workers]
+        return [k.pending, k.processing, k.dead, k.budget, k.workers, k.limits]
 
-    async def heartbeat(self, worker_id: str, *, alive_s: float = 60) -> QueueStats:
-        """Record this worker as alive; returns the queue's stats (one round trip for both)."""
-        counts = await self._heartbeat(keys=self._count_keys(), args=[alive_s, worker_id])
-        return QueueStats(*(int(c) for c in counts))
+    async def heartbeat(self, worker_id: str, *, limit: int, previous_limit: int | None = None,
+                        limit_alive_s: float = 30.0, alive_s: float = 60) -> QueueStats:
+        """Record this worker as alive and the limit it enforces (held `limit_alive_s` without a heartbeat);
+        returns the queue's stats (one round trip for all)."""
+        member = budget.limit_member(worker_id, limit)
+        previous = "" if previous_limit is None else budget.limit_member(worker_id, previous_limit)
+        counts = await self._heartbeat(keys=self._count_keys(),
+                                       args=[alive_s, worker_id, member, previous, limit_alive_s, limit])
+        return _stats(counts)
 
-    async def forget_worker(self, worker_id: str) -> None:
-        await self.redis.zrem(self.keys.workers, worker_id)
+    async def forget_worker(self, worker_id: str, *, limit: int | None = None) -> None:
+        """A worker leaving: its heartbeat and the limit it enforced go (a higher limit may apply at once)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zrem(self.keys.workers, worker_id)
+            if limit is not None:
+                pipe.zrem(self.keys.limits, budget.limit_member(worker_id, limit))
+            await pipe.execute()
 
     # outcomes ---------------------------------------------------------------------------------------------
     def _reply_key(self, reply_to: str | None, task_id: str) -> str:
         return self.keys.reply(reply_to) if reply_to else self.keys.result(task_id)
 
     async def ack(self, item: Text, result: Result | None, *, reply_to: str | None = None, result_ttl: int = 0,
-                  reply_ttl: int = 0) -> bool:
+                  reply_ttl: int = 0, unit: str | None = None, worker: str = "") -> bool:
         """Finish an item with a result (None: drop it, a result exists). True if this result won."""
-        (won,) = await self.ack_many([Ack(item, result, reply_to)], result_ttl=result_ttl, reply_ttl=reply_ttl)
+        (won,), _ = await self.write_batch([Ack(item, result, reply_to, unit=unit, worker=worker)], [],
+                                           result_ttl=result_ttl, reply_ttl=reply_ttl)
         return won
 
     async def ack_many(self, acks: Sequence[Ack], *, result_ttl: int, reply_ttl: int) -> list[bool]:
         """ACK several items in one round trip (one ACK script call each, pipelined)."""
+        won, _ = await self.write_batch(acks, [], result_ttl=result_ttl, reply_ttl=reply_ttl)
+        return won
+
+    async def record(self, rec: Record) -> RecordOutcome:
+        _, (outcome,) = await self.write_batch([], [rec], result_ttl=0, reply_ttl=0)
+        return outcome
+
+    async def write_batch(self, acks: Sequence[Ack], records: Sequence[Record], *, result_ttl: int,
+                          reply_ttl: int) -> tuple[list[bool], list[RecordOutcome]]:
+        """RECORDs, then ACKs, in one pipelined round trip."""
         k = self.keys
-        calls = []
+        calls: list[Call] = [(self._record, [k.task(r.task_id), k.budget],
+                              [r.worker, r.unit, r.captcha_id, r.window_s]) for r in records]
         for a in acks:
             tid = a.result.id if a.result else _tid(a.item)
-            calls.append(([k.processing, k.leases, k.task(tid), k.result(tid), self._reply_key(a.reply_to, tid)],
-                          [a.item, a.result.to_json() if a.result else "", result_ttl, reply_ttl]))
-        return [bool(won) for won in await self._run_many(self._ack, calls)]
+            captcha = a.result.captcha_id if a.result and a.result.captcha_id else ""
+            calls.append((self._ack, [k.processing, k.leases, k.task(tid), k.result(tid),
+                                      self._reply_key(a.reply_to, tid), k.budget],
+                          [a.item, a.result.to_json() if a.result else "", result_ttl, reply_ttl, a.worker,
+                           a.unit or "", a.hold_s, captcha]))
+        out = await self._run_many(calls) if calls else []
+        return ([bool(w) for w in out[len(records):]], [RecordOutcome(int(r)) for r in out[:len(records)]])
 
-    async def _run_many(self, script: AsyncScript, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Calls of one script in one pipelined round trip. EVALSHA directly: redis-py would otherwise send a
-        SCRIPT EXISTS round trip before every pipeline. On NOSCRIPT (Redis restarted or flushed its scripts)
-        the script is loaded and the batch sent again: then no call of the batch has run, as they share it.
-        A single call goes without a pipeline (a gateway's in.php pushes one task per request)."""
+    async def _run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Script calls in one pipelined round trip. EVALSHA directly: redis-py would otherwise send a SCRIPT
+        EXISTS round trip before every pipeline. On NOSCRIPT (Redis restarted or flushed its scripts) the scripts
+        are loaded and the batch sent again: then no call of the batch has run, as the first one failed. A single
+        call goes without a pipeline (a gateway's in.php pushes one task per request)."""
         for attempt in (1, 2):
             if len(calls) == 1:
-                keys, args = calls[0]
-                try:
+                script, keys, args = calls[0]
+                with contextlib.suppress(rexc.NoScriptError):
                     return [await as_awaitable(self.redis.evalsha(script.sha, len(keys), *keys, *args))]
-                except rexc.NoScriptError:
-                    if attempt == 2:
-                        raise
+                if attempt == 2:
+                    return [await script(keys=keys, args=args)]  # loads it, or raises
                 await as_awaitable(self.redis.script_load(script.script))
                 continue
             async with self.redis.pipeline(transaction=False) as pipe:
-                for keys, args in calls:
+                for script, keys, args in calls:
                     pipe.evalsha(script.sha, len(keys), *keys, *args)
                 try:
                     return list(await pipe.execute())
                 except rexc.NoScriptError:
                     if attempt == 2:
                         raise
-            await as_awaitable(self.redis.script_load(script.script))
+            for script in {id(c[0]): c[0] for c in calls}.values():
+                await as_awaitable(self.redis.script_load(script.script))
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _eval_raw(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -755,25 +1005,30 @@ class Queue:
         return await self.redis.execute_command(*args, **{NEVER_DECODE: True})  # type: ignore[no-untyped-call]
 
     async def bury(self, item: Text, entry: str, *, result: Result | None, reply_to: str | None,
-                   dead_max: int, result_ttl: int, reply_ttl: int, raw: bool = False) -> tuple[bool, bool]:
+                   dead_max: int, result_ttl: int, reply_ttl: int, raw: bool = False, unit: str | None = None,
+                   hold_s: float = 0.0, worker: str = "") -> tuple[bool, bool]:
         """Dead-letter an item (and answer its producer with `result` when the id is known). `raw`: the item is
         a raw payload naming `result.id`; a task of that id that exists already is then not answered.
         Returns (buried, answered)."""
         k = self.keys
         tid = result.id if result else "-"
         done = await self._bury(
-            keys=[k.processing, k.leases, k.dead, k.task(tid), k.result(tid), self._reply_key(reply_to, tid)],
+            keys=[k.processing, k.leases, k.dead, k.task(tid), k.result(tid), self._reply_key(reply_to, tid),
+                  k.budget],
             args=[item, entry, dead_max, result.to_json() if result else "", result_ttl, reply_ttl,
-                  "1" if raw else "0"])
+                  "1" if raw else "0", worker, unit or "", hold_s])
         buried, answered = done
         return bool(buried), bool(answered)
 
-    async def release(self, item: Text, *, refund_attempt: bool, front: bool, last_error: str = "") -> bool:
-        """Put a claimed item back on pending."""
+    async def release(self, item: Text, *, failure: bool, front: bool, last_error: str = "", worker: str = "",
+                      unit: str | None = None, hold_s: float = 0.0, captcha_id: str | None = None) -> bool:
+        """Put a claimed item back on pending (`failure`: count an API-side failure). With `hold_s` > 0 its solve
+        `captcha_id` may still be running at the API: the id is recorded and the unit held, to be resumed."""
         k = self.keys
         task_key = k.task(_tid(item))
-        done = await self._release(keys=[k.processing, k.leases, k.pending, task_key],
-                                   args=[item, "1" if refund_attempt else "0", "1" if front else "0", last_error])
+        done = await self._release(keys=[k.processing, k.leases, k.pending, task_key, k.budget],
+                                   args=[item, "1" if failure else "0", "1" if front else "0", last_error, worker,
+                                         unit or "", hold_s, captcha_id or ""])
         return bool(done)
 
     async def reap(self, *, orphan_grace_s: float, limit: int = 1000) -> tuple[int, int]:
@@ -798,8 +1053,7 @@ class Queue:
         return {name: int(n) for name, n in zip(names, flat[1::2], strict=True)}
 
     async def stats(self, *, worker_alive_s: float = 60) -> QueueStats:
-        counts = await self._stats(keys=self._count_keys(), args=[worker_alive_s])
-        return QueueStats(*(int(c) for c in counts))
+        return _stats(await self._stats(keys=self._count_keys(), args=[worker_alive_s]))
 
     async def dead_letters(self, start: int = 0, count: int = 100) -> list[DeadLetter]:
         raws = await self._raw("LRANGE", self.keys.dead, start, start + count - 1)
@@ -838,7 +1092,19 @@ def _lookup_marker(value: bytes) -> Text | Lookup:
         return as_text(value)
 
 
-def _claimed(quad: Sequence[Any]) -> Claimed:
-    item, body, attempts, flag = quad
-    return Claimed(item=as_text(item), body=None if body is None else as_text(body), attempts=int(attempts or 0),
-                   flag=ClaimFlag(int(flag)))
+def _claimed(f: Sequence[Any]) -> Claimed:
+    item, body, failures, deaths, flag, unit, captcha, left = f
+    return Claimed(item=as_text(item), body=None if body is None else as_text(body), failures=int(failures or 0),
+                   deaths=int(deaths or 0), flag=ClaimFlag(int(flag)), unit=_str_or_none(unit),
+                   captcha_id=_str_or_none(captcha), captcha_left_s=None if left is None else float(left))
+
+
+def _claim_reply(reply: Sequence[Any]) -> ClaimReply:
+    limit, in_use, full, pending, flat = reply
+    items = [_claimed(flat[i:i + _FIELDS]) for i in range(0, len(flat), _FIELDS)]
+    return ClaimReply(items, BudgetState.of(int(limit), int(in_use)), bool(full), int(pending))
+
+
+def _stats(counts: Sequence[Any]) -> QueueStats:
+    pending, processing, dead, in_use, alive, limit = (int(c) for c in counts)
+    return QueueStats(pending, processing, dead, in_use, alive, BudgetState.of(limit, in_use).limit)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from captcha_worker import methods
+from captcha_worker.codes import Code
 
 MAX_ID_LENGTH = 128
 _ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
@@ -83,7 +84,7 @@ class Invalid:
     """A payload that cannot become a Task. ``task_id``/``reply_to`` are set when they could be read."""
 
     reason: str
-    code: str = "INVALID_TASK"
+    code: str = Code.INVALID_TASK
     task_id: str | None = None
     reply_to: str | None = None
 
@@ -139,7 +140,7 @@ def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None
     if isinstance(data, Invalid):
         return data
     if not isinstance(data, dict):
-        return Invalid("payload must be a JSON object with id, method and params", code="INVALID_JSON")
+        return Invalid("payload must be a JSON object with id, method and params", code=Code.INVALID_JSON)
     return make_task(data, now=now)
 
 
@@ -147,18 +148,18 @@ def decode_json(payload: bytes | str, *, max_bytes: int) -> object:
     """The decoded JSON value of a payload, or Invalid: too large, not UTF-8, nested too deep, not JSON."""
     raw = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
     if len(raw) > max_bytes:
-        return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code="TASK_TOO_LARGE")
+        return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code=Code.TASK_TOO_LARGE)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return Invalid(f"payload is not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start})",
-                       code="INVALID_JSON")
+                       code=Code.INVALID_JSON)
     if nesting_depth(text) > MAX_DEPTH:
-        return Invalid(f"payload nests deeper than {MAX_DEPTH} levels", code="INVALID_JSON")
+        return Invalid(f"payload nests deeper than {MAX_DEPTH} levels", code=Code.INVALID_JSON)
     try:
         return json.loads(text)
     except (ValueError, RecursionError):  # RecursionError cannot happen below MAX_DEPTH; kept as a last guard
-        return Invalid("payload is not valid JSON", code="INVALID_JSON")
+        return Invalid("payload is not valid JSON", code=Code.INVALID_JSON)
 
 
 def nesting_depth(text: str) -> int:
@@ -187,14 +188,14 @@ def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | In
     if not isinstance(method, str) or not method:
         return invalid("method must be a non-empty string")
     if method.lower() in methods.UNSUPPORTED:
-        return invalid(methods.UNSUPPORTED[method.lower()], code="UNSUPPORTED_METHOD")
+        return invalid(methods.UNSUPPORTED[method.lower()], code=Code.UNSUPPORTED_METHOD)
     params = _flat_params(data.get("params", {}))
     if isinstance(params, str):
         return invalid(params)
     kind = methods.kind_of(method, params)
     if kind is None:
         known = ", ".join(sorted(methods.METHODS))
-        return invalid(f"unknown method {_short(method)} (known: {known})", code="UNKNOWN_METHOD")
+        return invalid(f"unknown method {_short(method)} (known: {known})", code=Code.UNKNOWN_METHOD)
     missing = methods.missing_param(kind, params)
     if missing is not None:
         return invalid(f"missing required param {missing.name!r} for {kind.name}", code=missing.missing_error)
@@ -263,7 +264,7 @@ class _Invalidator:
     task_id: str
     reply_to: str | None
 
-    def __call__(self, reason: str, code: str = "INVALID_TASK") -> Invalid:
+    def __call__(self, reason: str, code: str = Code.INVALID_TASK) -> Invalid:
         return Invalid(reason, code=code, task_id=self.task_id, reply_to=self.reply_to)
 
 
@@ -311,19 +312,23 @@ class Result:
     user_agent: str | None = None  # Enterprise / Cloudflare challenge answers
     code: str | None = None  # error code (CaptchaAI's, or ours: INVALID_TASK, MAX_ATTEMPTS_EXCEEDED, ...)
     text: str | None = None  # human-readable reason
-    attempts: int = 0
+    attempts: int = 0  # the attempt that gave this result: API-side failures before it + 1
     api_calls: int = 0
     timings: Timings = field(default_factory=Timings)
     token_lifetime_s: float | None = None
+    captcha_id: str | None = None  # CaptchaAI's id of the solve that answered (for reportbad / reportgood)
+    worker_deaths: int = 0  # workers that died (or stalled past their lease) while they held the task
 
     def to_json(self) -> str:
         data: dict[str, Any] = {"id": self.id, "status": self.status.value}
-        for name in ("kind", "solution", "user_agent", "code", "text", "token_lifetime_s"):
+        for name in ("kind", "solution", "user_agent", "code", "text", "token_lifetime_s", "captcha_id"):
             value = getattr(self, name)
             if value is not None:
                 data[name] = value
         data["attempts"] = self.attempts
         data["api_calls"] = self.api_calls
+        if self.worker_deaths:
+            data["worker_deaths"] = self.worker_deaths
         data["timings"] = {k: v for k, v in vars(self.timings).items() if v is not None}
         return _JSON.encode(data)
 
@@ -343,4 +348,10 @@ class Result:
             api_calls=int(data.get("api_calls", 0)),
             timings=Timings(**{k: float(v) for k, v in timings.items() if k in Timings.__dataclass_fields__}),
             token_lifetime_s=data.get("token_lifetime_s"),
+            captcha_id=_opt_text(data.get("captcha_id")),
+            worker_deaths=int(data.get("worker_deaths", 0)),
         )
+
+
+def _opt_text(value: object) -> str | None:
+    return None if value is None else str(value)

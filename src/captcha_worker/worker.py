@@ -2,22 +2,24 @@
 
 One process runs these coroutines:
 
-* **claimer** — while this worker holds budget units that no solve is using, claims that many tasks
-  (CLAIM, non-blocking, batched), or waits on BLMOVE for one; each claimed task becomes a *job*.
-* **jobs** — one per claimed task: validate, check deadline and attempts, solve through the API client, then
-  ACK / BURY / RELEASE (see ``queue``).
-* **budget** — keeps ``WORKER_CONCURRENCY`` budget units in ``{q}:budget`` when the cluster-wide limit
-  (``CAPTCHAAI_THREADS``) allows; a slot without a unit never calls the API.
-* **heartbeat** — renews job leases and budget units, records the worker as alive, exports queue depths.
+* **claimer** — while this worker has idle slots, claims that many tasks (CLAIM, non-blocking, batched: each task
+  takes a budget unit with its claim, so a task is claimed only when a plan thread is free for it), or waits on
+  BLMOVE for one; each claimed task becomes a *job* (``job``: claimed → outcome → ack).
+* **heartbeat** — renews job leases and budget units, records the worker as alive with the limit it enforces
+  (``budget``: the smallest limit of the live workers is the budget), exports queue depths.
 * **reaper** — requeues expired leases and orphaned claims (every worker runs one; the script is atomic).
-* **plan** — reads threadsinfo/getbalance; while a fatal API error (bad key, IP ban) lasts, probes for recovery.
+* **plan** — reads threadsinfo/getbalance: when the plan has fewer threads than ``CAPTCHAAI_THREADS`` the worker
+  enforces the plan's (every worker follows at once: the limit is in Redis); while a fatal API error (bad key, IP
+  ban) lasts, probes for recovery.
+* **reports** — sends the ``report_bad`` / ``report_good`` requests producers queued to CaptchaAI.
 
 Phases: RUNNING → (fatal API error) FATAL → (probe succeeds) RUNNING; SIGTERM → DRAINING: stop claiming,
 let jobs finish within ``DRAIN_GRACE_SECONDS``, then cancel them; a cancelled job puts its task back at the
-front of pending without counting the attempt.  Redis outages never crash the worker: every Redis operation that
-fails with an outage (``connection.refusal``: connection loss, timeouts, LOADING, OOM, READONLY, ...) is retried
-with backoff, readiness is false meanwhile and one log line marks each change of state; a task whose lease lapsed
-is requeued by a reaper and the first result written wins.
+front of pending without counting a failure, its solve left running at the API under its budget unit, and the
+next owner resumes it.  Redis outages never crash the worker: every Redis operation that fails with an outage
+(``connection.refusal``: connection loss, timeouts, LOADING, OOM, READONLY, ...) is retried with backoff,
+readiness is false meanwhile and one log line marks each change of state; a task whose lease lapsed is requeued
+by a reaper (a worker death counted on it) and resumed by its next owner; the first result written wins.
 
 Every claimed item ends with an outcome on its first claim when it cannot become a task: bytes that are not
 UTF-8, JSON nested too deep, payloads over ``MAX_TASK_BYTES`` (buried by the claim script itself), invalid tasks
@@ -27,49 +29,39 @@ UTF-8, JSON nested too deep, payloads over ``MAX_TASK_BYTES`` (buried by the cla
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import enum
-import json
 import logging
 import os
 import random
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
-from typing import Any, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, ParamSpec, TypeVar
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from captcha_worker import log as logs
 from captcha_worker import metrics
-from captcha_worker.captchaai import (
-    CaptchaAI,
-    FatalApiError,
-    RetryPolicy,
-    Solution,
-    SolveStats,
-    SolveTimeout,
-    TaskFailed,
-    ThreadsInfo,
-    TransientError,
-    describe,
-)
+from captcha_worker.budget import BudgetState
+from captcha_worker.captchaai import CaptchaAI, FatalApiError, RetryPolicy, TaskFailed, TransientError
+from captcha_worker.codes import Code
 from captcha_worker.config import WorkerConfig
 from captcha_worker.connection import Refusal, connect, describe_refusal, is_cross_slot, refusal
+from captcha_worker.job import Api, Job, JobRunner
 from captcha_worker.log import event
-from captcha_worker.methods import Kind
-from captcha_worker.queue import Ack, Claimed, ClaimFlag, Queue, Text, dead_entry, is_raw_item, item_ref
-from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task, payload_view
+from captcha_worker.queue import Claimed, ClaimFlag, ClaimReply, Queue, QueueStats, Report, item_ref
 
 log = logging.getLogger("captcha_worker.worker")
 T = TypeVar("T")
 P = ParamSpec("P")
 
-REPLY_TTL_S = 300
+__all__ = ["Api", "Phase", "Worker", "default_worker_id", "open_worker"]
+
+PLAN_WAIT_S = 5.0  # at start, how long claims wait for the plan's threads (threadsinfo) to be known
+REPORT_BATCH = 20
 
 
 class Phase(enum.Enum):
@@ -82,52 +74,47 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
-@dataclass(eq=False)
-class Job:
-    """One claimed task while this worker owns it. ``item`` is what sits in processing."""
-
-    item: Text
-    attempts: int = 0
-    task: Task | None = None
-    claimed_at: float = field(default_factory=time.time)
-
-    @property
-    def kind_label(self) -> str:
-        """The bounded `method` metric label: the task's kind, or `unknown` before it is known."""
-        return metrics.kind_label(self.task.kind.name if self.task else None)
-
-
-class Api(Protocol):
-    """What the worker needs from the API client (CaptchaAI implements it; benchmarks plug in instant ones)."""
-
-    async def solve(self, kind: Kind, method: str, params: Mapping[str, str], *, deadline: float,
-                    unsolvable_retries: int = 1, stats: SolveStats | None = None) -> Solution: ...
-
-    async def threadsinfo(self) -> ThreadsInfo: ...
-
-    async def getbalance(self) -> float: ...
-
-
 class Worker:
     def __init__(self, cfg: WorkerConfig, redis: Redis, api: Api, *, worker_id: str | None = None) -> None:
         self.cfg = cfg
         self.api = api
         self.queue = Queue(redis, cfg.queue)
         self.id = worker_id or default_worker_id()
-        self.members = [f"{self.id}:{i}" for i in range(cfg.concurrency)]
-        self.held: set[str] = set()  # budget units this worker holds
         self.phase = Phase.RUNNING
         self.fatal_code: str | None = None
         self.redis_down: Refusal | None = None  # why Redis cannot serve, while it lasts
         self._redis_down_since = 0.0
         self._failing: set[object] = set()  # Redis calls retrying an outage (one token per call)
         self.compat_list = cfg.compat_queue_list  # None after a CROSSSLOT (Redis Cluster): logged once
+        self.limit = cfg.threads  # the limit this worker enforces: CAPTCHAAI_THREADS, or the plan's when fewer
+        self._registered: int | None = None  # the limit last registered in Redis
+        self.budget_limit: int | None = None  # the effective limit, as last read
+        self.plan_threads: int | None = None  # threadsinfo's, as last read
         self.last_pending = 0
+        self._contended = False  # tasks wait for a plan thread: polls go dense (captchaai.PollSchedule)
+        self._waiting_slots, self._waiting_since = 0, time.monotonic()
         self._wake = asyncio.Event()  # capacity changed: the claimer looks again
         self._stop = asyncio.Event()  # SIGTERM: stop claiming
         self._closing = asyncio.Event()  # jobs are done: background loops end
+        self._plan_read = asyncio.Event()  # the first threadsinfo answered (or failed)
         self._jobs: dict[asyncio.Task[None], Job] = {}  # running jobs by their task
-        self._acks = AckBatcher(self._ack_many)
+        self.runner = JobRunner(self)
+
+    # -- what jobs read -----------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.phase is Phase.RUNNING
+
+    def phase_name(self) -> str:
+        return self.phase.value
+
+    def hurry(self) -> bool:
+        """Whether tasks are waiting for a plan thread (then every second a solved answer waits to be fetched is a
+        thread lost to them, and polls come densely)."""
+        return self._contended
+
+    async def redis(self, what: str, op: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T | None:
+        return await self._redis(what, op, *args, **kwargs)
 
     # -- readiness ----------------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
@@ -156,9 +143,10 @@ class Worker:
         if self.cfg.concurrency > self.cfg.threads:
             event(log, "concurrency_above_threads", logging.WARNING, concurrency=self.cfg.concurrency,
                   threads=self.cfg.threads, hint="slots above the plan's threads only wait for budget")
+        await self._register()  # before any claim: a lower limit applies to every worker at once
         loops = [asyncio.create_task(self._supervise(name, fn)) for name, fn in (
-            ("plan", self._plan_loop), ("budget", self._budget_loop),
-            ("heartbeat", self._heartbeat_loop), ("reaper", self._reaper_loop))]
+            ("plan", self._plan_loop), ("heartbeat", self._heartbeat_loop), ("reaper", self._reaper_loop),
+            ("reports", self._report_loop))]
         claimer = asyncio.create_task(self._supervise("claimer", self._claim_loop))
         self._set_ready_gauge()
         try:
@@ -209,10 +197,9 @@ class Worker:
         return self._closing.is_set()
 
     async def _say_goodbye(self) -> None:
+        """The worker's heartbeat and limit go (units of solves left running stay with their tasks)."""
         with suppress(Exception):
-            await asyncio.wait_for(self.queue.budget_release(sorted(self.held)), 2)
-            await asyncio.wait_for(self.queue.forget_worker(self.id), 2)
-        self.held.clear()
+            await asyncio.wait_for(self.queue.forget_worker(self.id, limit=self._registered), 2)
         metrics.BUDGET_HELD.set(0)
 
     async def _supervise(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
@@ -286,34 +273,57 @@ class Worker:
     def _room(self) -> int:
         if self.phase is not Phase.RUNNING:
             return 0
-        return len(self.held) - len(self._jobs)
+        return self.cfg.concurrency - len(self._jobs)
+
+    def _claim_limits(self) -> dict[str, Any]:
+        cfg = self.cfg
+        return {"lease_s": cfg.lease_seconds, "max_bytes": cfg.max_task_bytes, "dead_max": cfg.dead_letter_max,
+                "worker": self.id, "limit": self.limit}
 
     async def _claim_loop(self) -> None:
-        cfg = self.cfg
-        limits: dict[str, Any] = {"lease_s": cfg.lease_seconds, "max_bytes": cfg.max_task_bytes,
-                                  "dead_max": cfg.dead_letter_max}
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._plan_read.wait(), PLAN_WAIT_S)
+        full_wait = 0.02
         while not self._stop.is_set():
             room = self._room()
             if room <= 0:
-                self._wake.clear()
-                with suppress(TimeoutError):
-                    async with asyncio.timeout(1.0):
-                        await self._wake.wait()
+                self._contended = self.last_pending > 0
+                await self._wait_wake(1.0)
                 continue
-            claimed = await self._claim_batch(room, limits)
-            if not claimed:
-                if self._stop.is_set():
-                    break
-                # BLMOVE watches pending only: with a compat list, wake up often enough to look at it too
-                one = await self._redis("claim_blocking", self.queue.claim_blocking,
-                                        timeout_s=0.25 if self.compat_list else 1.0, **limits)
-                claimed = [one] if one is not None else []
-            for c in claimed:
+            reply = await self._claim_batch(room)
+            if reply is None:
+                break  # stopping while Redis is unavailable
+            self._observe_claim(reply, room)
+            for c in reply.items:
+                self._start(c)
+            if reply.items or self._stop.is_set():
+                full_wait = 0.02
+            elif reply.budget_full:  # a unit frees when any solve ends: this worker's own wake it at once
+                await self._wait_wake(full_wait)
+                full_wait = min(full_wait * 2, 0.2)
+            else:
+                await self._claim_blocking()
+
+    async def _wait_wake(self, timeout_s: float) -> None:
+        self._wake.clear()
+        with suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._wake.wait()
+
+    async def _claim_blocking(self) -> None:
+        """Pending is empty: block on BLMOVE (it watches pending only; with a compat list, wake up often enough
+        to look at that too)."""
+        reply = await self._redis("claim_blocking", self.queue.claim_blocking,
+                                  timeout_s=0.25 if self.compat_list else 1.0, **self._claim_limits())
+        if reply is not None:
+            self._observe_claim(reply, 1)
+            for c in reply.items:
                 self._start(c)
 
-    async def _claim_batch(self, room: int, limits: dict[str, Any]) -> list[Claimed]:
+    async def _claim_batch(self, room: int) -> ClaimReply | None:
         try:
-            return await self._redis("claim", self.queue.claim, room, compat_list=self.compat_list, **limits) or []
+            return await self._redis("claim", self.queue.claim_reply, room, compat_list=self.compat_list,
+                                     **self._claim_limits())
         except rexc.ResponseError as exc:
             if self.compat_list is None or not is_cross_slot(exc):
                 raise
@@ -322,231 +332,52 @@ class Worker:
                   hint=f"name it with the queue's hash tag (e.g. {{{self.cfg.queue}}}:queue) or unset "
                        "COMPAT_QUEUE_LIST; serving the queue without it")
             self.compat_list = None
-            return []
+            return ClaimReply([], BudgetState(self.budget_limit, 0), False, 0)
+
+    def _observe_claim(self, reply: ClaimReply, room: int) -> None:
+        """The budget as the claim saw it: metrics, slot-seconds spent waiting for a unit, and whether tasks wait
+        for a plan thread (dense polls)."""
+        now = time.monotonic()
+        if self._waiting_slots:
+            metrics.BUDGET_WAIT.inc(self._waiting_slots * (now - self._waiting_since))
+        self._waiting_slots = room - len(reply.items) if reply.budget_full else 0
+        self._waiting_since = now
+        self.last_pending = reply.pending
+        self._contended = reply.pending > 0 and (reply.budget_full or len(reply.items) >= room)
+        self._set_budget(reply.budget.limit, reply.budget.in_use)
+
+    def _set_budget(self, limit: int | None, in_use: int) -> None:
+        self.budget_limit = limit
+        if limit is not None:
+            metrics.BUDGET_LIMIT.set(limit)
+        metrics.BUDGET_IN_USE.set(in_use)
+        if self.plan_threads is not None and limit is not None:
+            metrics.PLAN_THREADS_IDLE.set(max(0, self.plan_threads - limit))
 
     def _start(self, claimed: Claimed) -> None:
         if claimed.flag is ClaimFlag.ITEM_TOO_LARGE:  # dead-lettered by the claim script itself, never read
             metrics.TASKS.labels("unknown", "dead_lettered").inc()
-            metrics.DEAD_LETTERS.labels("TASK_TOO_LARGE").inc()
-            event(log, "task_dead_lettered", logging.WARNING, id=None, code="TASK_TOO_LARGE", attempts=1,
-                  reason=f"payload is {claimed.attempts} bytes, over the limit of {self.cfg.max_task_bytes}",
+            metrics.DEAD_LETTERS.labels(Code.TASK_TOO_LARGE).inc()
+            event(log, "task_dead_lettered", logging.WARNING, id=None, code=Code.TASK_TOO_LARGE, attempts=1,
+                  reason=f"payload is {claimed.failures} bytes, over the limit of {self.cfg.max_task_bytes}",
                   sha1=claimed.item)
             return
-        job = Job(claimed.item, claimed.attempts)
-        t = asyncio.create_task(self._handle(job, claimed))
+        job = Job.from_claim(claimed)
+        t = asyncio.create_task(self.runner.run(job, claimed))
         self._jobs[t] = job
         t.add_done_callback(self._job_done)
+        self._count_units()
 
     def _job_done(self, t: asyncio.Task[None]) -> None:
         self._jobs.pop(t, None)
+        self._count_units()
         self._wake.set()
 
-    async def _handle(self, job: Job, claimed: Claimed) -> None:
-        try:
-            await self._process(job, claimed)
-        except asyncio.CancelledError:
-            # the drain grace ran out: give the task back without counting this attempt
-            with suppress(Exception):
-                await asyncio.shield(self.queue.release(job.item, refund_attempt=True, front=True,
-                                                        last_error="worker shut down"))
-            metrics.TASKS.labels(job.kind_label, "released").inc()
-            raise
-        except Exception as exc:
-            event(log, "job_crashed", logging.ERROR, item=item_ref(job.item), error=type(exc).__name__)
-            with suppress(Exception):
-                if is_raw_item(job.item):  # no attempt count would ever end it: settle it now
-                    await self._bury(job, f"the worker failed on this payload ({type(exc).__name__})",
-                                     "WORKER_ERROR", task_id=None, reply_to=None, view=self._view(job.item))
-                else:
-                    await self.queue.release(job.item, refund_attempt=False, front=False, last_error="worker error")
-
-    # -- one task -----------------------------------------------------------------------------------------
-    async def _process(self, job: Job, claimed: Claimed) -> None:
-        task = await self._load(job, claimed)
-        if task is None:
-            return
-        job.task = task
-        metrics.QUEUE_WAIT.observe(max(0.0, job.claimed_at - task.submitted_at))
-        if job.attempts > self.cfg.max_attempts:
-            last = await self._redis("last_error", self.queue.last_error, task.id)
-            await self._give_up(job, task, job.attempts - 1, last or "unknown")
-        elif task.expired(time.time()):
-            await self._finish(job, task, Result(task.id, Status.EXPIRED, code="DEADLINE_PASSED",
-                                                 text="the task's deadline passed before it was solved"))
-        elif self.phase is not Phase.RUNNING:
-            # a blocking claim that returned just as the worker stopped (fatal error, SIGTERM): give it back
-            await self._release(job, refund=True, front=True, why=f"worker {self.phase.value}")
-        else:
-            await self._solve(job, task)
-
-    async def _load(self, job: Job, claimed: Claimed) -> Task | None:
-        """The claimed item's Task, or None when it was settled here (invalid, no body, duplicate)."""
-        if is_raw_item(claimed.item):
-            return await self._adopt(job, claimed.item)
-        task_id = cast(str, claimed.item)
-        if claimed.done:
-            await self._redis("ack", self.queue.ack, job.item, None)
-            metrics.TASKS.labels("unknown", "duplicate").inc()
-            return None
-        if claimed.flag is ClaimFlag.BODY_TOO_LARGE:
-            await self._bury(job, f"the stored task body is over the limit of {self.cfg.max_task_bytes} bytes",
-                             "TASK_TOO_LARGE", task_id=task_id, reply_to=None, view=None)
-            return None
-        if claimed.body is None:
-            await self._bury(job, "the task body expired before a worker claimed it (TASK_TTL_SECONDS), or was "
-                                  "never stored", "TASK_EXPIRED", task_id=task_id, reply_to=None, view=None,
-                             status=Status.EXPIRED)
-            return None
-        parsed = parse_task(claimed.body, max_bytes=self.cfg.max_task_bytes)
-        if isinstance(parsed, Invalid):
-            await self._bury(job, parsed.reason, parsed.code, task_id=task_id, reply_to=parsed.reply_to,
-                             view=self._view(claimed.body))
-            return None
-        return parsed
-
-    async def _adopt(self, job: Job, raw: Text) -> Task | None:
-        """A raw payload (a seed-guide producer's JSON task, or anything else): validate it, then give it a task
-        hash and an id item; a repeated push of a known id is dropped (the task it names goes on)."""
-        parsed = parse_task(raw, max_bytes=self.cfg.max_task_bytes)
-        if isinstance(parsed, Invalid):
-            await self._bury(job, parsed.reason, parsed.code, task_id=parsed.task_id, reply_to=parsed.reply_to,
-                             view=self._view(raw), raw=True)
-            return None
-        attempts = await self._redis("adopt", self.queue.adopt, raw, parsed.id, parsed.body(),
-                                     ttl=self.cfg.task_ttl_seconds, lease_s=self.cfg.lease_seconds)
-        if attempts is None:
-            return None  # a reaper took it back meanwhile
-        if attempts == 0:
-            metrics.TASKS.labels(metrics.kind_label(parsed.kind.name), "duplicate").inc()
-            event(log, "task_duplicate", id=parsed.id, why="a raw push of a known id: the existing task stands")
-            return None
-        job.item, job.attempts = parsed.id, attempts
-        return parsed
-
-    def _view(self, payload: Text) -> str:
-        return payload_view(payload, logs.redact, max_bytes=self.cfg.max_task_bytes)
-
-    async def _solve(self, job: Job, task: Task) -> None:
-        cfg = self.cfg
-        now = time.time()
-        deadline = now + cfg.solve_timeout_seconds
-        if task.deadline is not None:
-            deadline = min(deadline, task.deadline)
-        stats = SolveStats()
-        metrics.IN_FLIGHT.inc()
-        try:
-            solution = await self.api.solve(task.kind, task.method, task.params, deadline=deadline,
-                                            unsolvable_retries=cfg.unsolvable_retries, stats=stats)
-        except FatalApiError as exc:
-            self._enter_fatal(exc.code)
-            await self._release(job, refund=True, front=True, why=exc.code)
-            return
-        except TaskFailed as exc:
-            await self._finish(job, task, Result(task.id, Status.ERROR, code=exc.code, text=describe(exc.code)),
-                               stats)
-            return
-        except TransientError as exc:
-            await self._retry_later(job, task, exc.code)
-            return
-        except SolveTimeout:
-            await self._timed_out(job, task, stats)
-            return
-        finally:
-            metrics.IN_FLIGHT.dec()
-        answer = solution.answer
-        result = Result(task.id, Status.SOLVED, solution=answer.request, user_agent=answer.user_agent)
-        await self._finish(job, task, result, stats, solved_at=solution.solved_at)
-
-    async def _timed_out(self, job: Job, task: Task, stats: SolveStats) -> None:
-        if task.expired(time.time()):
-            await self._finish(job, task, Result(task.id, Status.EXPIRED, code="DEADLINE_PASSED",
-                                                 text="the task's deadline passed while it was being solved"), stats)
-        elif stats.polls == 0:
-            # never got a thread: capacity is not the task's fault, so no attempt is counted
-            metrics.RETRIES.labels("requeue").inc()
-            await self._release(job, refund=True, front=False, why="no free thread within the solve timeout")
-        else:
-            await self._finish(job, task, Result(task.id, Status.ERROR, code="SOLVE_TIMEOUT",
-                                                 text=describe("SOLVE_TIMEOUT")), stats)
-
-    async def _retry_later(self, job: Job, task: Task, code: str) -> None:
-        if job.attempts >= self.cfg.max_attempts:
-            await self._give_up(job, task, job.attempts, code)
-        else:
-            metrics.RETRIES.labels("requeue").inc()
-            await self._release(job, refund=False, front=False, why=code)
-
-    async def _give_up(self, job: Job, task: Task, attempts: int, last_error: str) -> None:
-        await self._bury(job, f"gave up after {attempts} attempts (last: {last_error})", "MAX_ATTEMPTS_EXCEEDED",
-                         task_id=task.id, reply_to=task.reply_to, view=self._view(task.body()))
-
-    # -- outcomes -----------------------------------------------------------------------------------------
-    async def _finish(self, job: Job, task: Task | None, result: Result, stats: SolveStats | None = None,
-                      solved_at: float | None = None) -> None:
-        finished = time.time()
-        kind = task.kind if task else None
-        full = dataclasses.replace(
-            result, kind=kind.name if kind else None, attempts=job.attempts, api_calls=stats.api_calls if stats else 0,
-            timings=Timings(submitted_at=task.submitted_at if task else None, claimed_at=job.claimed_at,
-                            started_at=stats.started_at if stats else None, solved_at=solved_at,
-                            finished_at=finished),
-            token_lifetime_s=kind.token_lifetime_s if kind and result.status is Status.SOLVED else None,
-        )
-        won = await self._acks.ack(Ack(job.item, full, task.reply_to if task else None))
-        label = job.kind_label
-        outcome = result.status.value if won else "duplicate"
-        metrics.TASKS.labels(label, outcome).inc()
-        if stats is not None and stats.started_at is not None:
-            metrics.POLLS.labels(label).observe(stats.polls)
-        if won and solved_at is not None and stats is not None and stats.started_at is not None:
-            metrics.SOLVE_DURATION.labels(label).observe(solved_at - stats.started_at)
-            metrics.TOKEN_AGE.observe(max(0.0, time.time() - solved_at))
-        if won:
-            await self._seed_result(full)
-        event(log, "task_done", logging.DEBUG, id=result.id, kind=label, status=outcome, code=result.code,
-              attempts=job.attempts, api_calls=full.api_calls, seconds=round(finished - job.claimed_at, 3))
-
-    async def _bury(self, job: Job, reason: str, code: str, *, task_id: str | None, reply_to: str | None,
-                    view: str | None, status: Status = Status.ERROR, raw: bool = False) -> None:
-        """Dead-letter the job's item; `view` is already redacted. With a task id, its producer gets a result
-        with this code (`raw`: only when no task of that id exists, see Queue.bury)."""
-        entry = dead_entry(reason=reason, code=code, task_id=task_id, view=view, attempts=job.attempts)
-        result = None
-        if task_id is not None:
-            result = Result(task_id, status, kind=job.task.kind.name if job.task else None, code=code,
-                            text=reason, attempts=job.attempts,
-                            timings=Timings(claimed_at=job.claimed_at, finished_at=time.time()))
-        done = await self._redis("bury", self.queue.bury, job.item, entry, result=result, reply_to=reply_to,
-                                 dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
-                                 reply_ttl=REPLY_TTL_S, raw=raw)
-        if done is None or not done[0]:
-            return  # no longer ours (a reaper took it back after a stall): its next claim settles it
-        metrics.TASKS.labels(job.kind_label, "dead_lettered").inc()
-        metrics.DEAD_LETTERS.labels(metrics.dead_letter_label(code)).inc()
-        event(log, "task_dead_lettered", logging.WARNING, id=task_id, code=code, reason=reason,
-              attempts=job.attempts)
-        if result is not None and done[1]:
-            await self._seed_result(result)
-
-    async def _seed_result(self, result: Result) -> None:
-        """COMPAT_RESULTS_HASH: the result in the seed guide's shape, in its `captcha:results` hash."""
-        if self.cfg.compat_results_hash:
-            await self._redis("compat_results", self.queue.write_seed_result, result.id,
-                              seed_entry(result, self.id), ttl=self.cfg.result_ttl_seconds)
-
-    async def _release(self, job: Job, *, refund: bool, front: bool, why: str) -> None:
-        await self._redis("release", self.queue.release, job.item, refund_attempt=refund, front=front,
-                          last_error=why)
-        metrics.TASKS.labels(job.kind_label, "released").inc()
-        event(log, "task_released", id=item_ref(job.item), why=why, attempt_refunded=refund)
-
-    async def _ack_many(self, acks: list[Ack]) -> list[bool]:
-        won = await self._redis("ack", self.queue.ack_many, acks, result_ttl=self.cfg.result_ttl_seconds,
-                                reply_ttl=REPLY_TTL_S)
-        return won if won is not None else [False] * len(acks)
+    def _count_units(self) -> None:
+        metrics.BUDGET_HELD.set(sum(1 for j in self._jobs.values() if j.unit))
 
     # -- fatal state --------------------------------------------------------------------------------------
-    def _enter_fatal(self, code: str) -> None:
+    def enter_fatal(self, code: str) -> None:
         metrics.FATAL_ERRORS.labels(metrics.code_label(code)).inc()
         if self.phase is Phase.RUNNING:
             self.phase = Phase.FATAL
@@ -565,7 +396,7 @@ class Worker:
             self._wake.set()
             event(log, "fatal_api_error_cleared")
 
-    # -- background loops ---------------------------------------------------------------------------------
+    # -- the plan and the limit ---------------------------------------------------------------------------
     async def _plan_loop(self) -> None:
         """threadsinfo + getbalance now and then; while FATAL, probe every 30 s (scaled) to recover."""
         cfg = self.cfg
@@ -574,70 +405,77 @@ class Worker:
                 info = await self.api.threadsinfo()
                 metrics.PLAN_THREADS.set(info.threads)
                 metrics.PLAN_WORKING_THREADS.set(info.working_threads)
-                if info.threads != cfg.threads:
-                    event(log, "plan_threads_mismatch", logging.WARNING, plan_threads=info.threads,
-                          configured=cfg.threads)
+                if self._follow_plan(info.threads):
+                    await self._register()
                 metrics.BALANCE.set(await self.api.getbalance())
                 self._leave_fatal()
             except FatalApiError as exc:
-                self._enter_fatal(exc.code)
+                self.enter_fatal(exc.code)
             except (TransientError, TaskFailed) as exc:
                 event(log, "plan_check_failed", logging.WARNING, code=exc.code)
+            self._plan_read.set()
             pause = cfg.threadsinfo_interval_seconds if self.phase is not Phase.FATAL else 30.0 / cfg.time_scale
             if await self._pause(pause):
                 return
 
-    async def _budget_loop(self) -> None:
-        cfg = self.cfg
-        last = time.monotonic()
-        while True:
-            if self.phase is Phase.RUNNING:
-                want = [m for m in self.members if m not in self.held]
-                if want:
-                    granted = await self._redis("budget_acquire", self.queue.budget_acquire, want,
-                                                limit=cfg.threads, lease_s=cfg.lease_seconds)
-                    if granted:
-                        self.held.update(granted)
-                        self._wake.set()
-            elif self.phase is Phase.FATAL and self.held:
-                # a worker that cannot call the API must not sit on the plan's threads
-                idle = sorted(self.held)[: max(0, len(self.held) - len(self._jobs))]
-                await self._redis("budget_release", self.queue.budget_release, idle)
-                self.held.difference_update(idle)
-            now = time.monotonic()
-            missing = len(self.members) - len(self.held)
-            if missing > 0 and self.last_pending > 0 and self.phase is Phase.RUNNING:
-                metrics.BUDGET_WAIT.inc(missing * (now - last))
-            last = now
-            metrics.BUDGET_HELD.set(len(self.held))
-            if await self._pause(0.2 if missing else 1.0):
-                return
+    def _follow_plan(self, plan: int) -> bool:
+        """The plan's threads against CAPTCHAAI_THREADS: fewer, and this worker enforces the plan's (so does every
+        worker, through the limit in Redis); more, and the paid threads above the budget stay idle (a metric).
+        One log line per change. True when the limit this worker enforces changed."""
+        configured, changed = self.cfg.threads, plan != self.plan_threads
+        self.plan_threads = plan
+        want = plan if 1 <= plan < configured else configured
+        metrics.BUDGET_FOLLOWS_PLAN.set(1 if want < configured else 0)
+        if self.budget_limit is not None:
+            metrics.PLAN_THREADS_IDLE.set(max(0, plan - self.budget_limit))
+        if changed and plan < configured:
+            event(log, "budget_follows_plan", logging.WARNING, plan_threads=plan, configured=configured,
+                  hint="CaptchaAI reports fewer threads than CAPTCHAAI_THREADS: the workers enforce the plan's"
+                  if plan >= 1 else "threadsinfo reports no threads: the limit stays as configured")
+        elif changed and plan > configured:
+            event(log, "plan_threads_unused", logging.WARNING, plan_threads=plan, configured=configured,
+                  hint="the plan has more threads than CAPTCHAAI_THREADS: paid threads stay idle")
+        elif changed and self.limit != configured:
+            event(log, "budget_follows_config", plan_threads=plan, configured=configured)
+        if want == self.limit:
+            return False
+        self.limit = want
+        return True
 
+    async def _register(self) -> None:
+        """Heartbeat: this worker alive, with the limit it enforces (renewed well within a lease)."""
+        seen = await self._redis("heartbeat", self.queue.heartbeat, self.id, limit=self.limit,
+                                 previous_limit=self._registered, limit_alive_s=self.cfg.lease_seconds)
+        if seen is None:
+            return
+        self._registered = self.limit
+        self._export(seen)
+
+    def _export(self, seen: QueueStats) -> None:
+        self.last_pending = seen.pending
+        self._set_budget(seen.budget_limit, seen.budget_in_use)
+        metrics.WORKERS_ALIVE.set(seen.workers_alive)
+        metrics.QUEUE_DEPTH.labels("pending").set(seen.pending)
+        metrics.QUEUE_DEPTH.labels("processing").set(seen.processing)
+        metrics.QUEUE_DEPTH.labels("dead").set(seen.dead)
+
+    # -- background loops ---------------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
         cfg = self.cfg
         period = cfg.lease_seconds / 3
-        while True:
-            items = [j.item for j in self._jobs.values()]
-            lost = await self._redis("renew", self.queue.renew, items, lease_s=cfg.lease_seconds) or []
+        while not await self._pause(min(period, 5.0)):
+            jobs = list(self._jobs.values())
+            lost = await self._redis("renew", self.queue.renew, [j.item for j in jobs],
+                                     lease_s=cfg.lease_seconds) or []
             for item in lost:
                 metrics.LEASES_LOST.inc()
                 event(log, "lease_lost", logging.WARNING, item=item_ref(item))
-            units = sorted(self.held)
-            gone = await self._redis("budget_renew", self.queue.budget_renew, units,
-                                     lease_s=cfg.lease_seconds) or []
+            units = [u for j in jobs if (u := j.current_unit())]
+            gone = await self._redis("budget_renew", self.queue.budget.renew, units, lease_s=cfg.lease_seconds) or []
             if gone:
-                self.held.difference_update(gone)
-                event(log, "budget_units_lost", logging.WARNING, count=len(gone))
-            seen = await self._redis("heartbeat", self.queue.heartbeat, self.id)
-            if seen is not None:
-                self.last_pending = seen.pending
-                metrics.BUDGET_IN_USE.set(seen.budget_in_use)
-                metrics.WORKERS_ALIVE.set(seen.workers_alive)
-                metrics.QUEUE_DEPTH.labels("pending").set(seen.pending)
-                metrics.QUEUE_DEPTH.labels("processing").set(seen.processing)
-                metrics.QUEUE_DEPTH.labels("dead").set(seen.dead)
-            if await self._pause(min(period, 5.0)):
-                return
+                event(log, "budget_units_lost", logging.WARNING, count=len(gone),
+                      hint="they had expired (a stall): counted again, their solves run on")
+            await self._register()
 
     async def _reaper_loop(self) -> None:
         cfg = self.cfg
@@ -649,52 +487,28 @@ class Worker:
                 metrics.LEASES_REAPED.labels("orphaned").inc(orphaned)
                 event(log, "leases_reaped", logging.WARNING, expired=expired, orphaned=orphaned)
 
-
-class AckBatcher:
-    """Jobs that finish in the same event-loop turn are acknowledged together: one round trip for all."""
-
-    def __init__(self, flush: Callable[[list[Ack]], Awaitable[list[bool]]], max_batch: int = 500) -> None:
-        self._flush = flush
-        self._max = max_batch
-        self._pending: list[tuple[Ack, asyncio.Future[bool]]] = []
-        self._runner: asyncio.Task[None] | None = None
-
-    async def ack(self, ack: Ack) -> bool:
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((ack, fut))
-        if self._runner is None or self._runner.done():
-            self._runner = asyncio.create_task(self._run())
-        return await fut
-
-    async def _run(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending[: self._max], self._pending[self._max:]
-            try:
-                won = await self._flush([a for a, _ in batch])
-            except Exception as exc:  # handed to each waiting job
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
+    async def _report_loop(self) -> None:
+        """report_bad / report_good requests, sent to CaptchaAI (res.php reportbad / reportgood)."""
+        while not await self._pause(1.0):
+            if self.phase is Phase.FATAL:
                 continue
-            for (_, fut), w in zip(batch, won, strict=True):
-                if not fut.done():
-                    fut.set_result(w)
+            for report in await self._redis("reports", self.queue.take_reports, REPORT_BATCH) or []:
+                await self._send_report(report)
 
-
-def seed_entry(result: Result, worker_id: str) -> str:
-    """A result as the seed guide's consumer reads it: ``status`` success/error, ``token``, ``error``,
-    ``duration`` (seconds from submission, or from the claim, to the result) and ``worker``."""
-    solved = result.status is Status.SOLVED
-    t = result.timings
-    duration = t.total if t.total is not None else _span_or_none(t.claimed_at, t.finished_at)
-    return json.dumps({"status": "success" if solved else "error", "token": result.solution if solved else None,
-                       "error": None if solved else (result.code or result.status.value),
-                       "duration": None if duration is None else round(duration, 3), "worker": worker_id},
-                      separators=(",", ":"))
-
-
-def _span_or_none(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else max(0.0, b - a)
+    async def _send_report(self, report: Report) -> None:
+        verdict = report.verdict.value
+        try:
+            await self.api.report(report.captcha_id, good=verdict == "good")
+        except TaskFailed as exc:  # e.g. ERROR_WRONG_CAPTCHA_ID: CaptchaAI no longer takes reports of it
+            metrics.REPORTS.labels(verdict, "rejected").inc()
+            event(log, "report_rejected", logging.WARNING, id=report.task_id, verdict=verdict, code=exc.code)
+            return
+        except (TransientError, FatalApiError) as exc:
+            metrics.REPORTS.labels(verdict, "failed").inc()
+            event(log, "report_failed", logging.WARNING, id=report.task_id, verdict=verdict, code=exc.code)
+            return
+        metrics.REPORTS.labels(verdict, "sent").inc()
+        event(log, "report_sent", id=report.task_id, verdict=verdict)
 
 
 @asynccontextmanager

@@ -176,6 +176,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "prometheusRule.alerts.apiKeyRejected.severity": SEVERITY,
     "prometheusRule.alerts.noPlanCapacity.for": PROM_DURATION,
     "prometheusRule.alerts.noPlanCapacity.severity": SEVERITY,
+    "prometheusRule.alerts.budgetFollowsPlan.for": PROM_DURATION,
+    "prometheusRule.alerts.budgetFollowsPlan.severity": SEVERITY,
     "prometheusRule.alerts.planThreadsMismatch.for": PROM_DURATION,
     "prometheusRule.alerts.planThreadsMismatch.severity": SEVERITY,
     "prometheusRule.alerts.deadLettersGrowing.for": PROM_DURATION,

@@ -1,0 +1,450 @@
+"""The path of one claimed item: claimed → outcome → ack.
+
+A *job* is one claimed item while this worker owns it (``Worker`` starts one per claimed item and keeps the loops):
+
+1. **load** — a raw payload is validated and adopted (its task hash written, its id put at the front of pending to
+   be claimed as a task); a finished id is dropped; a body that is missing, too large or invalid is dead-lettered
+   with its code, on the first claim;
+2. **checks** — workers that died under the task (``MAX_WORKER_DEATHS``), API-side failures (``MAX_ATTEMPTS``), the
+   task's deadline, the worker's phase;
+3. **solve** — resume the solve an earlier owner left running at the API (its captcha id, while it can still be
+   answered), else submit; the captcha id is recorded on the task as soon as ``in.php`` answers (RECORD, batched
+   with the ACKs of the same event-loop turn, and dropped when the job's own ACK overtakes it);
+4. **outcome** — ACK with the result, BURY into the dead letters, or RELEASE back to pending.
+
+The budget unit the claim took travels with the job: the outcome releases it, or holds it as long as the job's solve
+may still be running at CaptchaAI (a drain past its grace, failed polls, a timeout), so that the plan's threads are
+never over-committed and the next owner resumes that solve under the same unit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
+
+from captcha_worker import log as logs
+from captcha_worker import metrics
+from captcha_worker.budget import stray_unit
+from captcha_worker.captchaai import (
+    FatalApiError,
+    Resume,
+    Solution,
+    SolveStats,
+    SolveTimeout,
+    TaskFailed,
+    ThreadsInfo,
+    TransientError,
+    describe,
+)
+from captcha_worker.codes import Code
+from captcha_worker.config import WorkerConfig
+from captcha_worker.log import event
+from captcha_worker.methods import Kind
+from captcha_worker.queue import (
+    Ack,
+    Claimed,
+    ClaimFlag,
+    Queue,
+    Record,
+    RecordOutcome,
+    Text,
+    dead_entry,
+    is_raw_item,
+    item_ref,
+)
+from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task, payload_view
+
+log = logging.getLogger("captcha_worker.worker")
+T = TypeVar("T")
+P = ParamSpec("P")
+
+REPLY_TTL_S = 300
+
+
+class Api(Protocol):
+    """What the worker needs from the API client (CaptchaAI implements it; benchmarks plug in instant ones)."""
+
+    async def solve(self, kind: Kind, method: str, params: Mapping[str, str], *, deadline: float,
+                    unsolvable_retries: int = 1, stats: SolveStats | None = None, resume: Resume | None = None,
+                    on_submit: Callable[[str, float], None] | None = None,
+                    hurry: Callable[[], bool] | None = None) -> Solution: ...
+
+    async def threadsinfo(self) -> ThreadsInfo: ...
+
+    async def getbalance(self) -> float: ...
+
+    async def report(self, captcha_id: str, *, good: bool) -> None: ...
+
+
+class Host(Protocol):
+    """What a job needs from its worker."""
+
+    cfg: WorkerConfig
+    api: Api
+    queue: Queue
+    id: str
+
+    @property
+    def running(self) -> bool: ...
+
+    def hurry(self) -> bool: ...
+
+    def enter_fatal(self, code: str) -> None: ...
+
+    def phase_name(self) -> str: ...
+
+    async def redis(self, what: str, op: Callable[P, Awaitable[T]], *args: P.args,
+                    **kwargs: P.kwargs) -> T | None: ...
+
+
+@dataclass(eq=False)
+class Job:
+    """One claimed item while this worker owns it. ``item`` is what sits in processing."""
+
+    item: Text
+    failures: int = 0
+    deaths: int = 0
+    unit: str | None = None  # the budget unit the claim took (None: no API call is to come)
+    task: Task | None = None
+    claimed_at: float = field(default_factory=time.time)
+    stats: SolveStats = field(default_factory=SolveStats)
+    resume: Resume | None = None  # a solve an earlier owner left running at the API
+    record: asyncio.Future[RecordOutcome | None] | None = None  # the RECORD of the captcha id, once sent
+
+    @classmethod
+    def from_claim(cls, c: Claimed) -> Job:
+        job = cls(c.item, c.failures, c.deaths, c.unit)
+        if c.resumable and c.captcha_id is not None and c.captcha_left_s is not None:
+            job.resume = Resume(c.captcha_id, time.time() + c.captcha_left_s)
+            job.stats.captcha_id, job.stats.captcha_until = job.resume.captcha_id, job.resume.until
+        return job
+
+    @property
+    def attempt(self) -> int:
+        return self.failures + 1
+
+    @property
+    def kind_label(self) -> str:
+        """The bounded `method` metric label: the task's kind, or `unknown` before it is known."""
+        return metrics.kind_label(self.task.kind.name if self.task else None)
+
+    def hold_s(self) -> float:
+        """How long this job's solve may still be running at the API (its unit stays counted that long)."""
+        return self.stats.running_s(time.time())
+
+    def current_unit(self) -> str | None:
+        """The unit that counts this job's solve: the claimed one, or a stray one (see budget.stray_unit)."""
+        rec = self.record
+        if rec is not None and rec.done() and not rec.cancelled() and rec.result() is RecordOutcome.STRAY:
+            assert self.task is not None and self.stats.captcha_id is not None
+            return stray_unit(self.task.id, self.stats.captcha_id)
+        return self.unit
+
+
+class JobRunner:
+    """Runs jobs for one worker: the path of one claimed item, and its writes (batched)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.cfg = host.cfg
+        self.writes = Writes(self._write_batch)
+
+    async def run(self, job: Job, claimed: Claimed) -> None:
+        try:
+            await self._process(job, claimed)
+        except asyncio.CancelledError:
+            # the drain grace ran out: give the task back (no failure counted), its solve left for the next owner
+            with suppress(Exception):
+                await asyncio.shield(self._give_back(job))
+            metrics.TASKS.labels(job.kind_label, "released").inc()
+            raise
+        except Exception as exc:
+            event(log, "job_crashed", logging.ERROR, item=item_ref(job.item), error=type(exc).__name__)
+            with suppress(Exception):
+                if is_raw_item(job.item):  # no count would ever end it: settle it now
+                    await self._bury(job, f"the worker failed on this payload ({type(exc).__name__})",
+                                     Code.WORKER_ERROR, task_id=None, reply_to=None, view=self._view(job.item))
+                else:  # counted as a failure, so that MAX_ATTEMPTS ends a task the worker keeps failing on
+                    await self.host.queue.release(job.item, failure=True, front=False, last_error="worker error",
+                                                  **self._settle_args(job))
+
+    async def _give_back(self, job: Job) -> None:
+        await self.host.queue.release(job.item, failure=False, front=True, last_error="worker shut down",
+                                      **self._settle_args(job))
+
+    def _settle_args(self, job: Job) -> dict[str, Any]:
+        return {"worker": self.host.id, "unit": job.current_unit(), "hold_s": job.hold_s(),
+                "captcha_id": job.stats.captcha_id}
+
+    # -- load and checks ------------------------------------------------------------------------------------
+    async def _process(self, job: Job, claimed: Claimed) -> None:
+        task = await self._load(job, claimed)
+        if task is None:
+            return
+        job.task = task
+        metrics.QUEUE_WAIT.observe(max(0.0, job.claimed_at - task.submitted_at))
+        cfg = self.cfg
+        if job.deaths >= cfg.max_worker_deaths:
+            await self._bury(job, f"{job.deaths} workers died or stalled while holding this task (the payload may "
+                                  "crash workers)", Code.MAX_WORKER_DEATHS_EXCEEDED, task_id=task.id,
+                             reply_to=task.reply_to, view=self._view(task.body()))
+        elif job.failures >= cfg.max_attempts:
+            last = await self.host.redis("last_error", self.host.queue.last_error, task.id)
+            await self._give_up(job, task, job.failures, last or "unknown")
+        elif task.expired(time.time()):
+            await self._finish(job, task, Result(task.id, Status.EXPIRED, code=Code.DEADLINE_PASSED,
+                                                 text="the task's deadline passed before it was solved"))
+        elif not self.host.running:
+            # a blocking claim that returned just as the worker stopped (fatal error, SIGTERM): give it back
+            await self._release(job, failure=False, front=True, why=f"worker {self.host.phase_name()}")
+        else:
+            await self._solve(job, task)
+
+    async def _load(self, job: Job, claimed: Claimed) -> Task | None:
+        """The claimed item's Task, or None when it was settled here (invalid, no body, duplicate, adopted)."""
+        if is_raw_item(claimed.item):
+            await self._adopt(job, claimed.item)
+            return None
+        task_id = cast(str, claimed.item)
+        if claimed.done:
+            await self.host.redis("ack", self.host.queue.ack, job.item, None)
+            metrics.TASKS.labels("unknown", "duplicate").inc()
+            return None
+        if claimed.flag is ClaimFlag.BODY_TOO_LARGE:
+            await self._bury(job, f"the stored task body is over the limit of {self.cfg.max_task_bytes} bytes",
+                             Code.TASK_TOO_LARGE, task_id=task_id, reply_to=None, view=None)
+            return None
+        if claimed.body is None:
+            await self._bury(job, "the task body expired before a worker claimed it (TASK_TTL_SECONDS), or was "
+                                  "never stored", Code.TASK_EXPIRED, task_id=task_id, reply_to=None, view=None,
+                             status=Status.EXPIRED)
+            return None
+        parsed = parse_task(claimed.body, max_bytes=self.cfg.max_task_bytes)
+        if isinstance(parsed, Invalid):
+            await self._bury(job, parsed.reason, parsed.code, task_id=task_id, reply_to=parsed.reply_to,
+                             view=self._view(claimed.body))
+            return None
+        return parsed
+
+    async def _adopt(self, job: Job, raw: Text) -> None:
+        """A raw payload (a seed-guide producer's JSON task, or anything else): validate it, then give it a task
+        hash and its id at the front of pending, to be claimed as a task (with a budget unit); a repeated push of
+        a known id is dropped (the task it names goes on)."""
+        parsed = parse_task(raw, max_bytes=self.cfg.max_task_bytes)
+        if isinstance(parsed, Invalid):
+            await self._bury(job, parsed.reason, parsed.code, task_id=parsed.task_id, reply_to=parsed.reply_to,
+                             view=self._view(raw), raw=True)
+            return
+        adopted = await self.host.redis("adopt", self.host.queue.adopt, raw, parsed.id, parsed.body(),
+                                        ttl=self.cfg.task_ttl_seconds)
+        if adopted is False:
+            metrics.TASKS.labels(metrics.kind_label(parsed.kind.name), "duplicate").inc()
+            event(log, "task_duplicate", id=parsed.id, why="a raw push of a known id: the existing task stands")
+
+    def _view(self, payload: Text) -> str:
+        return payload_view(payload, logs.redact, max_bytes=self.cfg.max_task_bytes)
+
+    # -- solve ------------------------------------------------------------------------------------------------
+    async def _solve(self, job: Job, task: Task) -> None:
+        cfg = self.cfg
+        deadline = time.time() + cfg.solve_timeout_seconds
+        if task.deadline is not None:
+            deadline = min(deadline, task.deadline)
+
+        def submitted(captcha_id: str, window_s: float) -> None:
+            job.record = self.writes.record(Record(task.id, self.host.id, job.unit or "", captcha_id, window_s))
+
+        metrics.IN_FLIGHT.inc()
+        try:
+            solution = await self.host.api.solve(task.kind, task.method, task.params, deadline=deadline,
+                                                 unsolvable_retries=cfg.unsolvable_retries, stats=job.stats,
+                                                 resume=job.resume, on_submit=submitted, hurry=self.host.hurry)
+        except FatalApiError as exc:
+            self.host.enter_fatal(exc.code)
+            await self._release(job, failure=False, front=True, why=exc.code)
+            return
+        except TaskFailed as exc:
+            await self._finish(job, task, Result(task.id, Status.ERROR, code=exc.code, text=describe(exc.code)))
+            return
+        except TransientError as exc:
+            await self._retry_later(job, task, exc.code)
+            return
+        except SolveTimeout:
+            await self._timed_out(job, task)
+            return
+        finally:
+            metrics.IN_FLIGHT.dec()
+        answer = solution.answer
+        result = Result(task.id, Status.SOLVED, solution=answer.request, user_agent=answer.user_agent,
+                        captcha_id=solution.captcha_id)
+        await self._finish(job, task, result, solved_at=solution.solved_at)
+
+    async def _timed_out(self, job: Job, task: Task) -> None:
+        if task.expired(time.time()):
+            await self._finish(job, task, Result(task.id, Status.EXPIRED, code=Code.DEADLINE_PASSED,
+                                                 text="the task's deadline passed while it was being solved"))
+        elif job.stats.polls == 0:
+            # never got a thread: capacity is not the task's fault, so no failure is counted
+            metrics.RETRIES.labels("requeue").inc()
+            await self._release(job, failure=False, front=False, why="no free thread within the solve timeout")
+        else:
+            await self._finish(job, task, Result(task.id, Status.ERROR, code=Code.SOLVE_TIMEOUT,
+                                                 text=describe(Code.SOLVE_TIMEOUT)))
+
+    async def _retry_later(self, job: Job, task: Task, code: str) -> None:
+        if job.attempt >= self.cfg.max_attempts:
+            await self._give_up(job, task, job.attempt, code)
+        else:
+            metrics.RETRIES.labels("requeue").inc()
+            await self._release(job, failure=True, front=False, why=code)
+
+    async def _give_up(self, job: Job, task: Task, attempts: int, last_error: str) -> None:
+        await self._bury(job, f"gave up after {attempts} attempts (last: {last_error})", Code.MAX_ATTEMPTS_EXCEEDED,
+                         task_id=task.id, reply_to=task.reply_to, view=self._view(task.body()))
+
+    # -- outcomes ---------------------------------------------------------------------------------------------
+    def _full_result(self, job: Job, task: Task | None, result: Result, solved_at: float | None) -> Result:
+        kind, stats = (task.kind if task else None), job.stats
+        return dataclasses.replace(
+            result, kind=kind.name if kind else None, attempts=job.attempt, api_calls=stats.api_calls,
+            worker_deaths=job.deaths,
+            timings=Timings(submitted_at=task.submitted_at if task else None, claimed_at=job.claimed_at,
+                            started_at=stats.started_at, solved_at=solved_at, finished_at=time.time()),
+            token_lifetime_s=kind.token_lifetime_s if kind and result.status is Status.SOLVED else None,
+        )
+
+    async def _finish(self, job: Job, task: Task, result: Result, solved_at: float | None = None) -> None:
+        full = self._full_result(job, task, result, solved_at)
+        if job.record is not None and not job.record.done():
+            job.record.cancel()  # not sent yet: the ACK carries the captcha id and settles the unit itself
+        won = await self.writes.ack(Ack(job.item, full, task.reply_to, unit=job.current_unit(), hold_s=job.hold_s(),
+                                        worker=self.host.id))
+        label, stats = job.kind_label, job.stats
+        outcome = result.status.value if won else "duplicate"
+        metrics.TASKS.labels(label, outcome).inc()
+        if stats.started_at is not None:
+            metrics.POLLS.labels(label).observe(stats.polls)
+        if won and solved_at is not None and stats.started_at is not None and not stats.resumed:
+            metrics.SOLVE_DURATION.labels(label).observe(solved_at - stats.started_at)
+        if won and solved_at is not None:
+            metrics.TOKEN_AGE.observe(max(0.0, time.time() - solved_at))
+        if won:
+            await self._seed_result(full)
+        event(log, "task_done", logging.DEBUG, id=result.id, kind=label, status=outcome, code=result.code,
+              attempts=job.attempt, api_calls=full.api_calls, seconds=round(time.time() - job.claimed_at, 3))
+
+    async def _bury(self, job: Job, reason: str, code: str, *, task_id: str | None, reply_to: str | None,
+                    view: str | None, status: Status = Status.ERROR, raw: bool = False) -> None:
+        """Dead-letter the job's item; `view` is already redacted. With a task id, its producer gets a result
+        with this code (`raw`: only when no task of that id exists, see Queue.bury)."""
+        entry = dead_entry(reason=reason, code=code, task_id=task_id, view=view, attempts=job.attempt,
+                           worker_deaths=job.deaths)
+        result = None
+        if task_id is not None:
+            result = Result(task_id, status, kind=job.task.kind.name if job.task else None, code=code, text=reason,
+                            attempts=job.attempt, worker_deaths=job.deaths,
+                            timings=Timings(claimed_at=job.claimed_at, finished_at=time.time()))
+        q = self.host.queue
+        done = await self.host.redis("bury", q.bury, job.item, entry, result=result, reply_to=reply_to,
+                                     dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
+                                     reply_ttl=REPLY_TTL_S, raw=raw, worker=self.host.id, unit=job.current_unit(),
+                                     hold_s=job.hold_s())
+        if done is None or not done[0]:
+            return  # no longer ours (a reaper took it back after a stall): its next claim settles it
+        metrics.TASKS.labels(job.kind_label, "dead_lettered").inc()
+        metrics.DEAD_LETTERS.labels(metrics.dead_letter_label(code)).inc()
+        event(log, "task_dead_lettered", logging.WARNING, id=task_id, code=code, reason=reason,
+              attempts=job.attempt, worker_deaths=job.deaths)
+        if result is not None and done[1]:
+            await self._seed_result(result)
+
+    async def _seed_result(self, result: Result) -> None:
+        """COMPAT_RESULTS_HASH: the result in the seed guide's shape, in its `captcha:results` hash."""
+        if self.cfg.compat_results_hash:
+            await self.host.redis("compat_results", self.host.queue.write_seed_result, result.id,
+                                  seed_entry(result, self.host.id), ttl=self.cfg.result_ttl_seconds)
+
+    async def _release(self, job: Job, *, failure: bool, front: bool, why: str) -> None:
+        await self.host.redis("release", self.host.queue.release, job.item, failure=failure, front=front,
+                              last_error=why, **self._settle_args(job))
+        metrics.TASKS.labels(job.kind_label, "released").inc()
+        event(log, "task_released", id=item_ref(job.item), why=why, failure_counted=failure,
+              solve_left_running=job.hold_s() > 0)
+
+    async def _write_batch(self, acks: list[Ack], records: list[Record]) -> tuple[list[bool], list[RecordOutcome]]:
+        out = await self.host.redis("ack", self.host.queue.write_batch, acks, records,
+                                    result_ttl=self.cfg.result_ttl_seconds, reply_ttl=REPLY_TTL_S)
+        return out if out is not None else ([False] * len(acks), [RecordOutcome.STRAY] * len(records))
+
+
+class Writes:
+    """RECORDs and ACKs that jobs reach in the same event-loop turn go out together: one round trip for all. A
+    RECORD cancelled before its turn came (the job's ACK overtook it) is not sent."""
+
+    def __init__(self, flush: Callable[[list[Ack], list[Record]], Awaitable[tuple[list[bool], list[RecordOutcome]]]],
+                 max_batch: int = 500) -> None:
+        self._flush = flush
+        self._max = max_batch
+        self._acks: list[tuple[Ack, asyncio.Future[bool]]] = []
+        self._records: list[tuple[Record, asyncio.Future[RecordOutcome | None]]] = []
+        self._runner: asyncio.Task[None] | None = None
+
+    def record(self, rec: Record) -> asyncio.Future[RecordOutcome | None]:
+        fut: asyncio.Future[RecordOutcome | None] = asyncio.get_running_loop().create_future()
+        self._records.append((rec, fut))
+        self._kick()
+        return fut
+
+    async def ack(self, ack: Ack) -> bool:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._acks.append((ack, fut))
+        self._kick()
+        return await fut
+
+    def _kick(self) -> None:
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while self._acks or self._records:
+            acks, self._acks = self._acks[: self._max], self._acks[self._max:]
+            records = [(r, f) for r, f in self._records if not f.cancelled()]
+            self._records = []
+            recorded: list[RecordOutcome | None] = [None] * len(records)
+            try:
+                won, outcomes = await self._flush([a for a, _ in acks], [r for r, _ in records])
+                recorded = list(outcomes)
+            except Exception as exc:  # handed to each waiting job; a RECORD is best effort
+                for _, fut in acks:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                won = []
+            for (_, fut), w in zip(acks, won, strict=False):
+                if not fut.done():
+                    fut.set_result(w)
+            for (_, rfut), outcome in zip(records, recorded, strict=True):
+                if not rfut.done():
+                    rfut.set_result(outcome)
+
+
+def seed_entry(result: Result, worker_id: str) -> str:
+    """A result as the seed guide's consumer reads it: ``status`` success/error, ``token``, ``error``,
+    ``duration`` (seconds from submission, or from the claim, to the result) and ``worker``."""
+    solved = result.status is Status.SOLVED
+    t = result.timings
+    duration = t.total if t.total is not None else _span_or_none(t.claimed_at, t.finished_at)
+    return json.dumps({"status": "success" if solved else "error", "token": result.solution if solved else None,
+                       "error": None if solved else (result.code or result.status.value),
+                       "duration": None if duration is None else round(duration, 3), "worker": worker_id},
+                      separators=(",", ":"))
+
+
+def _span_or_none(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else max(0.0, b - a)
