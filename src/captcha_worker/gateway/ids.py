@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 
-from captcha_worker.queue import GATEWAY_ID_PREFIX
+from captcha_worker.shares import GATEWAY_ID_PREFIX
 
 LOW, HIGH = 10**14, 9 * 10**15
 

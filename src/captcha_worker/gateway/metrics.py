@@ -48,8 +48,10 @@ SUBMITTED = Counter(f"{_T}submitted_total", "Tasks a tenant submitted through in
                     ["tenant"], registry=REGISTRY)
 TASKS = Counter(f"{_T}tasks_total", "A tenant's tasks that ended, by outcome (solved, error, expired).",
                 ["tenant", "outcome"], registry=REGISTRY)
-IN_FLIGHT = Gauge(f"{_T}in_flight", "A tenant's tasks claimed by workers now (cluster-wide, read from Redis).",
-                  ["tenant"], registry=REGISTRY)
+IN_FLIGHT = Gauge(f"{_T}in_flight", "A tenant's solves in flight now: its plan-budget units (cluster-wide, read "
+                  "from Redis); never above its `threads`.", ["tenant"], registry=REGISTRY)
+WAITING = Gauge(f"{_T}waiting", "A tenant's tasks in its waiting list: sorted out of pending by the workers' claim, "
+                "waiting for a thread of its share.", ["tenant"], registry=REGISTRY)
 THREADS = Gauge(f"{_T}threads", "A tenant's share of the plan (its `threads`).", ["tenant"], registry=REGISTRY)
 RESERVED = Gauge(f"{_T}reserved_threads", "Threads held back for a tenant while it has work (its `reserved`).",
                  ["tenant"], registry=REGISTRY)
@@ -74,6 +76,7 @@ def init(tenants: Iterable[tuple[str, int, int]]) -> None:
         THREADS.labels(name).set(threads)
         RESERVED.labels(name).set(reserved)
         IN_FLIGHT.labels(name).set(0)
+        WAITING.labels(name).set(0)
         SUBMITTED.labels(name)
         THREAD_SECONDS.labels(name)
         REJECTED.labels(name, "rate_limited")

@@ -7,8 +7,9 @@ which counts the tenant's outcome, queue wait, solve time and thread-seconds, an
 running within the reply list's TTL (5 min) is still answered to polling clients from the result store; only its
 metrics and its callback are lost (docs/gateway.md).
 
-The scan loop reads, every :data:`SCAN_EVERY_S`, how many of each tenant's tasks workers hold
-(``Queue.tenant_counts``): ``threadsinfo``'s working threads and the ``tenant_in_flight`` gauge.
+The scan loop publishes, every :data:`SCAN_EVERY_S`, the tenants' shares for the workers' claims to enforce
+(``Queue.publish_shares``, ``shares``: also after Redis lost its data) and reads back each tenant's solves in flight
+and its waiting tasks: ``threadsinfo``'s working threads and the ``tenant_in_flight`` / ``tenant_waiting`` gauges.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from captcha_worker.gateway import metrics as gm
 from captcha_worker.gateway.app import REPLY_TO, Gateway
 from captcha_worker.gateway.callbacks import Call, Callbacks
 from captcha_worker.gateway.config import Tenant
-from captcha_worker.queue import as_awaitable
+from captcha_worker.queue import TenantShare, as_awaitable
 from captcha_worker.task import Result, Status
 
 _log = logging.getLogger("captcha_worker.gateway")
@@ -114,9 +115,10 @@ def query(result: Result) -> dict[str, str]:
 
 
 async def scan_in_flight(gateway: Gateway, closing: asyncio.Event, every_s: float = SCAN_EVERY_S) -> None:
+    table = [TenantShare(t.name, t.threads, t.reserved) for t in gateway.tenants.all]
     while not closing.is_set():
         try:
-            counts = await gateway.queue.tenant_counts()
+            loads = await gateway.queue.publish_shares(table)
             gateway.health.ok()
         except Exception as exc:
             why = refusal(exc)
@@ -124,8 +126,9 @@ async def scan_in_flight(gateway: Gateway, closing: asyncio.Event, every_s: floa
                 raise
             gateway.health.failed(why, "scan_in_flight")
         else:
-            gateway.in_flight = counts
-            for tenant in gateway.tenants.all:
-                gm.IN_FLIGHT.labels(tenant.name).set(counts.get(tenant.name, 0))
+            gateway.in_flight = {name: load.in_flight for name, load in loads.items()}
+            for name, load in loads.items():
+                gm.IN_FLIGHT.labels(name).set(load.in_flight)
+                gm.WAITING.labels(name).set(load.waiting)
         with suppress(TimeoutError):
             await asyncio.wait_for(closing.wait(), every_s)
