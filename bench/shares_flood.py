@@ -65,9 +65,9 @@ def _workers(redis_url: str, api_url: str, logdir: Path | None) -> Iterator[list
         for i in range(WORKERS):
             env = worker_env(redis_url, concurrency=PLAN // WORKERS, threads=PLAN, api_url=api_url, LOG_LEVEL="warning",
                              API_TIME_SCALE=str(SPEED))
-            out = open(logdir / f"worker{i}.log", "ab") if logdir else subprocess.DEVNULL  # noqa: SIM115
-            procs.append(subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], env=env, cwd=ROOT,
-                                          stdout=out, stderr=subprocess.STDOUT))
+            with open(logdir / f"worker{i}.log", "ab") if logdir else open("/dev/null", "wb") as out:
+                procs.append(subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], env=env,
+                                              cwd=ROOT, stdout=out, stderr=subprocess.STDOUT))
         yield procs
     finally:
         for p in procs:
