@@ -163,14 +163,16 @@ ERRORS = Row("Errors", (
 
 TENANTS = Row("Tenants", (
     Graph("Share utilisation by tenant",
-          "Each tenant's tasks claimed by workers ÷ its share of the plan (its `threads` in the gateway's tenants). "
-          "At 100 % the tenant is at its cap: its further tasks wait in the queue. Empty without a gateway.",
+          "Each tenant's solves in flight ÷ its share of the plan (its `threads` in the gateway's tenants). At "
+          "100 % the tenant is at its cap: its further tasks wait in its own list. Empty without a gateway.",
           (Q("{{tenant}}", f"max by (tenant) ({m('tenant_in_flight', True)}) / "
                            f"max by (tenant) ({m('tenant_threads', True)})"),),
           w=8, unit="percentunit"),
     Graph("In flight and share by tenant",
-          "A tenant's tasks claimed now, its share (threads) and the threads reserved for it while it has work.",
+          "A tenant's solves in flight now, its share (threads), the threads reserved for it while it has work, and "
+          "its tasks waiting in its own list for a thread of its share.",
           (Q("{{tenant}} in flight", f"max by (tenant) ({m('tenant_in_flight', True)})"),
+           Q("{{tenant}} waiting", f"max by (tenant) ({m('tenant_waiting', True)})"),
            Q("{{tenant}} share", f"max by (tenant) ({m('tenant_threads', True)})"),
            Q("{{tenant}} reserved", f"max by (tenant) ({m('tenant_reserved_threads', True)})")), w=8),
     Graph("Submitted and finished by tenant",
