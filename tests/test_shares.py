@@ -160,3 +160,11 @@ async def test_dropping_a_tenant_puts_its_waiting_tasks_back_in_pending(q: Queue
 async def test_without_a_share_table_the_claim_is_fifo(q: Queue) -> None:
     await push(q, [gw("a", i) for i in range(3)] + ["plain"])
     assert (await claim(q, 10, limit=10))[0] == [gw("a", 0), gw("a", 1), gw("a", 2), "plain"]
+
+
+async def test_stats_count_the_waiting_lists_as_pending(q: Queue) -> None:
+    await q.publish_shares([TenantShare("a", 1)])
+    await push(q, [gw("a", i) for i in range(4)] + ["plain"])
+    await claim(q, 2, limit=5)
+    stats = await q.stats()
+    assert (stats.pending, stats.processing) == (3, 2), "a waits with 3 (none left in pending); a 1 and plain claimed"

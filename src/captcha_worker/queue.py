@@ -492,18 +492,23 @@ return out
 """
 
 # Shared by STATS and HEARTBEAT. KEYS[1] pending  KEYS[2] processing  KEYS[3] dead  KEYS[4] budget  KEYS[5] workers
-# KEYS[6] limits | ARGV[1] worker alive window s, then the caller's own limit in `own`.   Everything `stats` shows,
-# in one reply: the list lengths, units in use, workers alive, the effective limit.
+# KEYS[6] limits  KEYS[7] tenants | ARGV[1] worker alive window s, the last ARGV the waiting key prefix, and the
+# caller's own limit in `own`.   Everything `stats` shows, in one reply: the list lengths (pending counts the
+# tenants' waiting lists too: tasks no worker holds), units in use, workers alive, the effective limit.
 _COUNTS = budget.LUA + """
 local b = budget_open({units = KEYS[4], limits = KEYS[6], own = own})
-return {redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[2]), redis.call('LLEN', KEYS[3]), b.in_use,
+local waiting = 0
+for _, tenant in ipairs(redis.call('HKEYS', KEYS[7])) do
+  waiting = waiting + redis.call('LLEN', ARGV[#ARGV] .. tenant)
+end
+return {redis.call('LLEN', KEYS[1]) + waiting, redis.call('LLEN', KEYS[2]), redis.call('LLEN', KEYS[3]), b.in_use,
         redis.call('ZCOUNT', KEYS[5], now - tonumber(ARGV[1]), '+inf'), b.limit}
 """
 _STATS = _NOW + f"\nlocal own = {UNLIMITED}\n" + _COUNTS
 
 # KEYS as _COUNTS | ARGV[1] alive window s  ARGV[2] worker id  ARGV[3] its limits member  ARGV[4] its previous
-# member ('' none)  ARGV[5] how long its limit holds without a heartbeat (s)  ARGV[6] its limit.   Records the
-# worker as alive and the limit it enforces; returns the counts.
+# member ('' none)  ARGV[5] how long its limit holds without a heartbeat (s)  ARGV[6] its limit  ARGV[7] waiting key
+# prefix.   Records the worker as alive and the limit it enforces; returns the counts.
 _HEARTBEAT = _NOW + """
 local own = tonumber(ARGV[6])
 redis.call('ZADD', KEYS[5], now, ARGV[2])
@@ -940,7 +945,7 @@ class Queue:
 
     def _count_keys(self) -> list[str]:
         k = self.keys
-        return [k.pending, k.processing, k.dead, k.budget, k.workers, k.limits]
+        return [k.pending, k.processing, k.dead, k.budget, k.workers, k.limits, k.tenants]
 
     async def heartbeat(self, worker_id: str, *, limit: int, previous_limit: int | None = None,
                         limit_alive_s: float = 30.0, alive_s: float = 60) -> QueueStats:
@@ -948,8 +953,10 @@ class Queue:
         returns the queue's stats (one round trip for all)."""
         member = budget.limit_member(worker_id, limit)
         previous = "" if previous_limit is None else budget.limit_member(worker_id, previous_limit)
+        k = self.keys
         counts = await self._heartbeat(keys=self._count_keys(),
-                                       args=[alive_s, worker_id, member, previous, limit_alive_s, limit])
+                                       args=[alive_s, worker_id, member, previous, limit_alive_s, limit,
+                                             k.waiting_prefix])
         return _stats(counts)
 
     async def forget_worker(self, worker_id: str, *, limit: int | None = None) -> None:
@@ -1089,7 +1096,7 @@ class Queue:
         return {name: TenantLoad(int(n), int(w)) for name, n, w in zip(names, flat[1::3], flat[2::3], strict=True)}
 
     async def stats(self, *, worker_alive_s: float = 60) -> QueueStats:
-        return _stats(await self._stats(keys=self._count_keys(), args=[worker_alive_s]))
+        return _stats(await self._stats(keys=self._count_keys(), args=[worker_alive_s, self.keys.waiting_prefix]))
 
     async def dead_letters(self, start: int = 0, count: int = 100) -> list[DeadLetter]:
         raws = await self._raw("LRANGE", self.keys.dead, start, start + count - 1)
