@@ -2,14 +2,16 @@
 ``captcha-worker run`` workers, the simulator as CaptchaAI.
 
 The plan has ``PLAN`` threads (2 workers × 4 slots, ``CAPTCHAAI_THREADS=8``, simulator ``--threads 8``); the
-tenants' shares overbook it: ``flood`` 6, ``steady`` 6 (12 > 8). ``steady`` submits one task every
-``STEADY_EVERY_S`` for the whole run (its demand: about 2 threads); ``flood`` submits ``FLOOD_TASKS`` at once,
-``FLOOD_AT_S`` into the run. Tasks are pushed as the gateway pushes them (ids ``gw:<tenant>:<n>``, the tenant in the
-body); the share table is published as the gateway does (``Queue.publish_shares``). Three modes:
+tenants' shares overbook it: ``flood`` 6, ``steady`` 6 (12 > 8; :data:`TABLES` per mode). ``steady`` submits one
+task every ``STEADY_EVERY_S`` for the whole run (its demand: about 2 threads); ``flood`` submits ``FLOOD_TASKS`` at
+once, ``FLOOD_AT_S`` into the run. Tasks are pushed as the gateway pushes them (ids ``gw:<tenant>:<n>``, the tenant
+in the body); the share table is published as the gateway does (``Queue.publish_shares``). The modes:
 
 * ``alone``: steady only, no flood: the queue wait the plan's capacity gives steady;
 * ``shares``: steady and the flood, shares published: what the workers' claim enforces;
-* ``fifo``: steady and the flood, no share table: the claim is first come, first served (the queue before shares).
+* ``fifo``: steady and the flood, no share table: the claim is first come, first served (the queue before shares);
+* ``flood-plan``: the flood's share is the whole plan (8), steady's 6: steady gets the next thread that frees;
+* ``reserved``: as ``flood-plan``, steady with 3 threads reserved while it has work.
 
 Every 50 ms the run samples the budget units (``{q}:budget``) per tenant: the most each tenant had in flight and
 the most in all. Queue wait is each result's ``claimed_at - submitted_at``.
@@ -44,12 +46,18 @@ from bench.common import (
 )
 
 PLAN, WORKERS = 8, 2
-SHARES = {"flood": 6, "steady": 6}
+#: per mode, the share table (name -> (threads, reserved)); fifo publishes none
+TABLES: dict[str, dict[str, tuple[int, int]]] = {
+    "alone": {"flood": (6, 0), "steady": (6, 0)},
+    "shares": {"flood": (6, 0), "steady": (6, 0)},
+    "flood-plan": {"flood": (8, 0), "steady": (6, 0)},
+    "reserved": {"flood": (8, 0), "steady": (6, 3)},
+}
 STEADY_EVERY_S = 1.0
 FLOOD_AT_S = 5.0
 FLOOD_TASKS = 200
 SPEED = 6.0  # turnstile's 12 s ± 3 becomes 2 s ± 0.5
-MODES = ("alone", "shares", "fifo")
+MODES = ("alone", "shares", "fifo", "flood-plan", "reserved")
 
 
 def _body(task_id: str, tenant: str, now: float) -> str:
@@ -96,8 +104,8 @@ async def _scenario(redis_url: str, mode: str, duration_s: float, flood_tasks: i
 
     r = Redis.from_url(redis_url, decode_responses=True)
     q = Queue(r, "captcha")
-    if mode != "fifo":
-        await q.publish_shares([TenantShare(name, threads) for name, threads in SHARES.items()])
+    if mode in TABLES:
+        await q.publish_shares([TenantShare(name, t, r) for name, (t, r) in TABLES[mode].items()])
     ids: dict[str, list[str]] = {"steady": [], "flood": []}
     peak: dict[str, int] = {}
     stop = asyncio.Event()
@@ -156,7 +164,7 @@ def run(*, duration_s: float = 60.0, flood_tasks: int = FLOOD_TASKS, modes: tupl
             result["simulator_max_in_flight"] = sim.stats().get("max_in_flight")
             log(f"shares flood {mode}: {json.dumps(result)}")
             runs.append(result)
-    return {"params": {"plan": PLAN, "workers": WORKERS, "shares": SHARES, "steady_every_s": STEADY_EVERY_S,
+    return {"params": {"plan": PLAN, "workers": WORKERS, "tables": TABLES, "steady_every_s": STEADY_EVERY_S,
                        "flood_at_s": FLOOD_AT_S, "flood_tasks": flood_tasks, "speed": SPEED, "duration_s": duration_s},
             "runs": runs}
 
