@@ -114,7 +114,8 @@ def query(result: Result) -> dict[str, str]:
     return out
 
 
-async def scan_in_flight(gateway: Gateway, closing: asyncio.Event, every_s: float = SCAN_EVERY_S) -> None:
+async def share_loop(gateway: Gateway, closing: asyncio.Event, every_s: float = SCAN_EVERY_S) -> None:
+    """Every `every_s`: publish the tenants' shares (SHARES) and read back each tenant's load (module docstring)."""
     table = [TenantShare(t.name, t.threads, t.reserved) for t in gateway.tenants.all]
     while not closing.is_set():
         try:
@@ -124,7 +125,7 @@ async def scan_in_flight(gateway: Gateway, closing: asyncio.Event, every_s: floa
             why = refusal(exc)
             if why is None:
                 raise
-            gateway.health.failed(why, "scan_in_flight")
+            gateway.health.failed(why, "share_loop")
         else:
             gateway.in_flight = {name: load.in_flight for name, load in loads.items()}
             for name, load in loads.items():

@@ -25,7 +25,7 @@ from captcha_worker.gateway import metrics as gm
 from captcha_worker.gateway.app import REPLY_TO, Gateway
 from captcha_worker.gateway.callbacks import Callbacks
 from captcha_worker.gateway.config import GatewayConfig
-from captcha_worker.gateway.results import ResultReader, scan_in_flight
+from captcha_worker.gateway.results import ResultReader, share_loop
 from captcha_worker.gateway.tenants import Tenants
 from captcha_worker.metrics import ProbeServer
 from captcha_worker.simulator.server import tls_context
@@ -80,7 +80,7 @@ class GatewayServer:
             self.url = _url(cfg.host, int(api.addresses[0][1]), tls)
             reader = ResultReader(gateway, callbacks)
             self._tasks = [asyncio.create_task(reader.run(self._closing)),
-                           asyncio.create_task(scan_in_flight(gateway, self._closing))]
+                           asyncio.create_task(share_loop(gateway, self._closing))]
             yield
         finally:
             self._closing.set()
