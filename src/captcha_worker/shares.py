@@ -34,7 +34,7 @@ from captcha_worker.budget import UNIT_PREFIX
 #: gateway task ids are ``gw:<tenant>:<public id>`` (gateway.ids): the tenant is read from the id
 GATEWAY_ID_PREFIX = "gw"
 #: tasks moved from pending to waiting lists per claim call (bounds a call's work under a flood)
-SORT_MAX = 500
+SORT_MAX = 2000
 #: a claim's stop reasons (CLAIM and LEASE reply): none, no budget unit free, every waiting task's tenant capped
 STOP_NONE, STOP_FULL, STOP_CAPPED = 0, 1, 2
 
