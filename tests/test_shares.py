@@ -168,3 +168,13 @@ async def test_stats_count_the_waiting_lists_as_pending(q: Queue) -> None:
     await claim(q, 2, limit=5)
     stats = await q.stats()
     assert (stats.pending, stats.processing) == (3, 2), "a waits with 3 (none left in pending); a 1 and plain claimed"
+
+
+async def test_a_reservation_never_waits_behind_the_untenanted_task_it_blocks(q: Queue, any_redis: Redis) -> None:
+    await q.publish_shares([TenantShare("b", 2, reserved=2)])
+    await push(q, [gw("b", 0)])
+    assert (await claim(q, 1, limit=2))[0] == [gw("b", 0)]
+    await push(q, ["plain", gw("b", 1)])
+    items, _, _ = await claim(q, 2, limit=2)
+    assert items == [gw("b", 1)], "the last thread is b's: b's task behind the blocked one takes it"
+    assert await any_redis.lrange(q.keys.pending, 0, -1) == ["plain"]

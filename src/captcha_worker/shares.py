@@ -18,7 +18,9 @@ BLMOVE) works in three steps, in the same script as its budget acquire:
    whole plan), the one with the lowest ``in flight / threads``. A tenant may take a thread when it is below its
    ``threads`` and either inside its ``reserved``, or leaves after taking it enough free threads for the unmet
    reservations of the other tenants with work (in flight or waiting). A resumed solve (its unit still held) and a
-   raw item (no unit) are taken at once;
+   raw item (no unit) are taken at once. When the head of pending is an untenanted task the reservations hold back,
+   the known tenants' tasks among the next :data:`LOOKAHEAD` are sorted too, so a reservation's own tenant never
+   waits behind a task that its reservation blocks;
 3. *take*: the picked list's head moves to processing and is leased with its unit (``budget``).
 
 When tasks wait but no tenant may take a thread, the claim stops with :data:`STOP_CAPPED`; the worker tries again
@@ -35,6 +37,8 @@ from captcha_worker.budget import UNIT_PREFIX
 GATEWAY_ID_PREFIX = "gw"
 #: tasks moved from pending to waiting lists per claim call (bounds a call's work under a flood)
 SORT_MAX = 2000
+#: tasks behind an untenanted head that reservations hold back, looked at for known tenants' tasks (per claim)
+LOOKAHEAD = 100
 #: a claim's stop reasons (CLAIM and LEASE reply): none, no budget unit free, every waiting task's tenant capped
 STOP_NONE, STOP_FULL, STOP_CAPPED = 0, 1, 2
 
@@ -43,7 +47,8 @@ STOP_NONE, STOP_FULL, STOP_CAPPED = 0, 1, 2
 LUA = f"""
 local TENANT_ITEM = '^{GATEWAY_ID_PREFIX}:([a-z0-9%-]+):%d+$'
 local TENANT_UNIT = '^{UNIT_PREFIX}{GATEWAY_ID_PREFIX}:([a-z0-9%-]+):'
-local SORT_MAX, STOP_NONE, STOP_FULL, STOP_CAPPED = {SORT_MAX}, {STOP_NONE}, {STOP_FULL}, {STOP_CAPPED}
+local SORT_MAX, LOOKAHEAD = {SORT_MAX}, {LOOKAHEAD}
+local STOP_NONE, STOP_FULL, STOP_CAPPED = {STOP_NONE}, {STOP_FULL}, {STOP_CAPPED}
 """ + """
 local NO_TENANT = ''
 -- the share table, each tenant's units in flight and waiting tasks; units of no known tenant are `other`
@@ -95,6 +100,17 @@ local function shares_sort(s, b, pending)
     s.waiting_n[t], s.sort_left = s.waiting_n[t] + 1, s.sort_left - 1
   end
 end
+-- the head of pending is an untenanted task the reservations hold back: sort the known tenants' tasks among the
+-- next LOOKAHEAD too (a reservation's own tenant must not wait behind a task its reservation blocks)
+local function shares_sort_behind(s, b, pending)
+  for _, item in ipairs(redis.call('LRANGE', pending, 1, LOOKAHEAD)) do
+    local t = shares_tenant(s, item)
+    if t and not shares_free(b, item) and redis.call('LREM', pending, 1, item) == 1 then
+      redis.call('RPUSH', s.waiting .. t, item)
+      s.waiting_n[t] = s.waiting_n[t] + 1
+    end
+  end
+end
 -- threads the other tenants with work (in flight or waiting) reserved and do not use
 local function shares_owed(s, except)
   local owed = 0
@@ -132,7 +148,11 @@ local function shares_pick(s, b, head)
     return {false, STOP_FULL}
   end
   local best, best_t, best_load, waiting = false, NO_TENANT, math.huge, item ~= nil
-  if item and shares_may_take(s, b, NO_TENANT) then best, best_load = head, shares_load(s, b, NO_TENANT) end
+  if item and shares_may_take(s, b, NO_TENANT) then
+    best, best_load = head, shares_load(s, b, NO_TENANT)
+  elseif item then
+    shares_sort_behind(s, b, head)
+  end
   for _, t in ipairs(s.names) do
     if s.waiting_n[t] > 0 then
       waiting = true
