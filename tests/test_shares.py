@@ -159,7 +159,17 @@ async def test_dropping_a_tenant_puts_its_waiting_tasks_back_in_pending(q: Queue
 
 async def test_without_a_share_table_the_claim_is_fifo(q: Queue) -> None:
     await push(q, [gw("a", i) for i in range(3)] + ["plain"])
-    assert (await claim(q, 10, limit=10))[0] == [gw("a", 0), gw("a", 1), gw("a", 2), "plain"]
+    assert await claim(q, 10, limit=10) == ([gw("a", 0), gw("a", 1), gw("a", 2), "plain"], False, False)
+
+
+@pytest.mark.parametrize("table", [[], [TenantShare("a", 1)]])
+async def test_an_empty_queue_is_neither_full_nor_capped(q: Queue, table: list[TenantShare]) -> None:
+    """Nothing waits: the worker blocks on pending (BLMOVE) instead of polling as if a tenant were capped."""
+    if table:
+        await q.publish_shares(table)
+    assert await claim(q, 5, limit=5) == ([], False, False)
+    reply = await q.claim_blocking(timeout_s=0.1, lease_s=30, worker="w", limit=5)
+    assert reply is None
 
 
 async def test_stats_count_the_waiting_lists_as_pending(q: Queue) -> None:

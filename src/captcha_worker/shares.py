@@ -147,7 +147,7 @@ local function shares_pick(s, b, head)
   if b.limit ~= UNLIMITED and b.in_use >= b.limit and (item or shares_waiting_total(s) > 0) then
     return {false, STOP_FULL}
   end
-  local best, best_t, best_load, waiting = false, NO_TENANT, math.huge, item ~= nil
+  local best, best_t, best_load, waiting = false, NO_TENANT, math.huge, item and true or false  -- LINDEX: false
   if item and shares_may_take(s, b, NO_TENANT) then
     best, best_load = head, shares_load(s, b, NO_TENANT)
   elseif item then
