@@ -133,6 +133,14 @@ def block_summary(res: dict[str, dict[str, Any]]) -> str:
                      f"p50 {num(p6['storm_p50_s']['median'], 2)} s, p99 {num(p6['storm_p99_s']['median'], 1)} s, "
                      f"lost {sum(r['lost'] for r in p6['runs']['storm'])}",
                      ok(p6["targets"]["p6_storm_p50_le_5s"] and p6["targets"]["p6_nothing_lost"])])
+    p8 = res.get("p8_gateway")
+    if p8:
+        th, lat = p8["throughput"], p8["latency"]
+        rows.append(["P8 the gateway: requests/s per process (in.php / res.php), added latency p50 / p99 of a "
+                     f"client polling every {p8['params']['poll_every_s']:g} s",
+                     f"{num(th['in']['rps']['median'])} / {num(th['res_get']['rps']['median'])} req/s; "
+                     f"+{num(lat['added_p50_s']['median'], 2)} s / +{num(lat['added_p99_s']['median'], 2)} s",
+                     "–"])
     return table(["target", "measured (median)", ""], rows)
 
 
@@ -398,6 +406,33 @@ def block_p7(p7: dict[str, Any]) -> str:
                "p95 wait", "chance band of the p95", "tasks"], rows)])
 
 
+def block_p8(p8: dict[str, Any]) -> str:
+    par, th, lat = p8["params"], p8["throughput"], p8["latency"]
+    rows = [[f"`{name}`", med(th[key]["rps"]), med(th[key]["gateway_cores"], 2), med(th[key]["cpu_us_per_request"]),
+             num(1e6 / th[key]["cpu_us_per_request"]["median"]), med(th[key]["errors"])]
+            for key, name in (("in", "in.php"), ("res_get", "res.php?action=get"))]
+    lrows = [[label, med(lat[s]["mean_s"], 2, " s"), med(lat[s]["p50_s"], 2, " s"), med(lat[s]["p99_s"], 2, " s"),
+              med(lat[s]["samples"])]
+             for s, label in (("gateway", f"through the gateway, polling every {par['poll_every_s']:g} s"),
+                              ("library", "producer library (`CaptchaQueue.solve`, pushed result)"))]
+    added_mean = sorted(g - lib for g, lib in zip(lat["gateway"]["mean_s"]["runs"], lat["library"]["mean_s"]["runs"],
+                                                    strict=True))
+    added = {"median": added_mean[len(added_mean) // 2], "min": added_mean[0], "max": added_mean[-1],
+             "n": len(added_mean)}
+    lrows.append(["added by the gateway and its polling", "+" + med(added, 2, " s"),
+                  "+" + med(lat["added_p50_s"], 2, " s"), "+" + med(lat["added_p99_s"], 2, " s"), ""])
+    return "\n".join([
+        f"One gateway process; the load from {par['load_processes']} processes over {par['connections']} keep-alive "
+        f"connections for {par['window_s']:g} s per window; {par['repetitions']} repetitions, median (min–max).", "",
+        table(["endpoint", "requests/s", "gateway cores busy", "gateway CPU per request, µs",
+               "requests/s per core (1 s ÷ CPU per request)", "errors"], rows), "",
+        f"{par['clients']} concurrent clients each way for {par['duration_s']:g} s (the first {par['warmup_s']:g} s "
+        f"dropped), solves holding a slot {par['solve_hold_s'].replace(':', '–')} s; the gateway used "
+        f"{med(lat['gateway_cpu_us_per_request'])} µs of CPU per request at "
+        f"{med(lat['gateway']['requests_per_s'])} requests/s.", "",
+        table(["submit → answer in the client's hands", "mean", "p50", "p99", "tasks"], lrows)])
+
+
 BLOCKS: dict[str, tuple[str | None, Callable[..., str]]] = {
     "machine": (None, block_machine),
     "summary": (None, block_summary),
@@ -408,12 +443,13 @@ BLOCKS: dict[str, tuple[str | None, Callable[..., str]]] = {
     "p5": ("p5_utilisation", block_p5),
     "p6": ("p6_faults", block_p6),
     "p7": ("p7_planner", block_p7),
+    "p8": ("p8_gateway", block_p8),
 }
 
 
 def render(text: str, results: Path) -> str:
     res = {name: doc for name in ("p1_queue_overhead", "p2_capacity", "p3_latency", "p4_polling", "p5_utilisation",
-                                  "p6_faults", "p7_planner")
+                                  "p6_faults", "p7_planner", "p8_gateway")
            if (doc := _load(results, name)) is not None}
     for block, (source, fn) in BLOCKS.items():
         pattern = re.compile(rf"(<!-- BEGIN GENERATED: {block} -->\n).*?(<!-- END GENERATED: {block} -->)", re.S)

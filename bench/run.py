@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m bench.run [p1 .. p7] [--smoke] [--out DIR]`` (``make bench`` runs all).
+"""Run the benchmarks: ``python -m bench.run [p1 .. p8] [--smoke] [--out DIR]`` (``make bench`` runs all).
 
 Full mode writes ``bench/results/<name>.json``, the plots in ``docs/img/`` and rewrites the generated tables of
 ``docs/benchmarks.md`` (``python -m bench.report``).  ``--smoke`` runs every benchmark at toy sizes in about two
@@ -27,6 +27,7 @@ NAMES = {
     "p5": "p5_utilisation",
     "p6": "p6_faults",
     "p7": "p7_planner",
+    "p8": "p8_gateway",
 }
 
 
@@ -103,14 +104,22 @@ def _p7(smoke: bool, profile: Path | None) -> dict[str, Any]:
     return p7_planner.run()
 
 
+def _p8(smoke: bool, profile: Path | None) -> dict[str, Any]:
+    from bench import p8_gateway  # noqa: PLC0415 - a benchmark stage is imported when it runs
+
+    if smoke:
+        return p8_gateway.run(window_s=1.0, reps=1, clients=10, duration_s=4.0, warm_s=0.0, hold="0.1:0.3")
+    return p8_gateway.run(window_s=10.0, reps=3, clients=500, duration_s=60.0, warm_s=10.0)
+
+
 RUNNERS: dict[str, Callable[[bool, Path | None], dict[str, Any]]] = {
-    "p1": _p1, "p2": _p2, "p3": _p3, "p4": _p4, "p5": _p5, "p6": _p6, "p7": _p7}
+    "p1": _p1, "p2": _p2, "p3": _p3, "p4": _p4, "p5": _p5, "p6": _p6, "p7": _p7, "p8": _p8}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("benchmarks", nargs="*", choices=[*RUNNERS, []], metavar="p1..p7",
+    p.add_argument("benchmarks", nargs="*", choices=[*RUNNERS, []], metavar="p1..p8",
                    help="which benchmarks (default: all)")
     p.add_argument("--smoke", action="store_true", help="toy sizes, a few seconds each, no timing claims")
     p.add_argument("--out", type=Path, help="result directory (default bench/results; required with --smoke)")

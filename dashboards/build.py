@@ -116,6 +116,7 @@ def _panel(placed: Placed, panel_id: int) -> stat.Panel | timeseries.Panel:
 def _variables() -> list[db.DatasourceVariable | db.QueryVariable]:
     ns_query = "label_values(captcha_solver_build_info, namespace)"
     job_query = 'label_values(captcha_solver_build_info{namespace=~"$namespace"}, job)'
+    gateway_query = 'label_values(captcha_solver_gateway_build_info{namespace=~"$namespace"}, job)'
     return [
         db.DatasourceVariable("datasource").label("Data source").type("prometheus").current(UNSELECTED),
         _query_variable("namespace", "Namespace", ns_query,
@@ -123,6 +124,9 @@ def _variables() -> list[db.DatasourceVariable | db.QueryVariable]:
         _query_variable("job", "Release (job)", job_query,
                         "The release's worker Service, which the ServiceMonitor makes the `job` label "
                         "(<release>-captcha-solver-worker)."),
+        _query_variable("gateway", "Gateway (job)", gateway_query,
+                        "The release's gateway Service, the `job` label of the gateway's metrics "
+                        "(<release>-captcha-solver-gateway); the Tenants row reads it."),
     ]
 
 

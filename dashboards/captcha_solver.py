@@ -1,9 +1,9 @@
 """The captcha-solver dashboard, row by row: what an operator reads, top to bottom.
 
-To add a row (the gateway's tenants row goes between Errors and Workers), append a ``Row`` to :data:`ROWS`;
+To add a row, append a ``Row`` to :data:`ROWS`;
 to add a series to a panel, a ``Q`` to its queries; then ``make dashboard`` regenerates the JSON and the panel
 section of docs/metrics.md, and the tests prove every query against a real Prometheus. Only metrics the worker
-exports belong here (tests/test_observability.py checks it).
+exports belong here, and the gateway's for the Tenants row (tests/test_observability.py checks it).
 """
 
 from __future__ import annotations
@@ -161,6 +161,67 @@ ERRORS = Row("Errors", (
            Q("Redis errors", f"sum({rate('redis_errors_total')})")), w=24, unit="reqps"),
 ))
 
+TENANTS = Row("Tenants", (
+    Graph("Share utilisation by tenant",
+          "Each tenant's solves in flight ÷ its share of the plan (its `threads` in the gateway's tenants). At "
+          "100 % the tenant is at its cap: its further tasks wait in its own list. Empty without a gateway.",
+          (Q("{{tenant}}", f"max by (tenant) ({m('tenant_in_flight', True)}) / "
+                           f"max by (tenant) ({m('tenant_threads', True)})"),),
+          w=8, unit="percentunit"),
+    Graph("In flight and share by tenant",
+          "A tenant's solves in flight now, its share (threads), the threads reserved for it while it has work, and "
+          "its tasks waiting in its own list for a thread of its share.",
+          (Q("{{tenant}} in flight", f"max by (tenant) ({m('tenant_in_flight', True)})"),
+           Q("{{tenant}} waiting", f"max by (tenant) ({m('tenant_waiting', True)})"),
+           Q("{{tenant}} share", f"max by (tenant) ({m('tenant_threads', True)})"),
+           Q("{{tenant}} reserved", f"max by (tenant) ({m('tenant_reserved_threads', True)})")), w=8),
+    Graph("Submitted and finished by tenant",
+          "Tasks per second each tenant submitted through the gateway, and its tasks that ended, by outcome (only "
+          "the combinations seen in the time range).",
+          (Q("{{tenant}} submitted", f"sum by (tenant) ({rate('tenant_submitted_total', gateway=True)})"),
+           Q("{{tenant}} {{outcome}}",
+             f"sum by (tenant, outcome) ({rate('tenant_tasks_total', gateway=True)}) and on (tenant, outcome) "
+             f"(sum by (tenant, outcome) (increase({m('tenant_tasks_total', True)}[$__range])) > 0)")),
+          w=8, unit="reqps"),
+    Graph("Queue wait p95 by tenant", "From submission to claim by a worker, each tenant's tasks.",
+          (Q("{{tenant}}", quantile(0.95, "tenant_queue_wait_seconds", by="tenant", gateway=True)),), w=8, unit="s"),
+    Graph("Solve time p95 by tenant", "From the first in.php call to the answer, each tenant's solved tasks.",
+          (Q("{{tenant}}", quantile(0.95, "tenant_solve_duration_seconds", by="tenant", gateway=True)),),
+          w=8, unit="s"),
+    Stat("Cost by tenant",
+         "The plan's monthly price (captchaai.monthlyPrice) shared by the tenants in proportion to the thread-seconds "
+         "their tasks held in the dashboard's time range (claim to result): what each tenant's use costs per month at "
+         "this rate. Work submitted without the gateway is not part of it. No data: monthlyPrice is 0 or no tenant "
+         "task ended.",
+         (Q("{{tenant}}", f"sum by (tenant) ({rate('tenant_thread_seconds_total', '$__range', gateway=True)}) "
+                          f"* on () group_left () (max({m('plan_monthly_price')}) > 0) / on () group_left () "
+                          f"(sum({rate('tenant_thread_seconds_total', '$__range', gateway=True)}) > 0)"),),
+         w=8, h=8, decimals=2),
+    Graph("Gateway requests, refusals and callbacks",
+          "Requests the gateway answered per second by endpoint and code (only those seen in the time range), "
+          "requests refused before any Redis access (a bad key: tenant `unauthenticated`; a tenant's rate limit) "
+          "and pingback calls by outcome (delivered, failed after the retries, refused: the address is not "
+          "allowed).",
+          (Q("{{api_endpoint}} {{code}}",
+             f"sum by (api_endpoint, code) ({rate('gateway_requests_total', gateway=True)}) and on (api_endpoint, "
+             f"code) (sum by (api_endpoint, code) (increase({m('gateway_requests_total', True)}[$__range])) > 0)"),
+           Q("refused: {{tenant}} {{reason}}",
+             f"sum by (tenant, reason) ({rate('gateway_rejected_total', gateway=True)})", right_unit="reqps"),
+           Q("callbacks {{outcome}}", f"sum by (outcome) ({rate('gateway_callbacks_total', gateway=True)})",
+             right_unit="reqps")),
+          w=16, unit="reqps"),
+    Graph("Gateway replicas, latency and reports",
+          "Gateway replicas that reach Redis (readiness) and Redis operations they found failing, the 99th "
+          "percentile time to answer a request by endpoint, and reportbad / reportgood by tenant.",
+          (Q("ready replicas", f"sum({m('gateway_ready', True)})", right_unit="short"),
+           Q("Redis errors/s", f"sum({rate('gateway_redis_errors_total', gateway=True)})", right_unit="short"),
+           Q("p99 {{api_endpoint}}", quantile(0.99, "gateway_request_duration_seconds", by="api_endpoint",
+                                               gateway=True)),
+           Q("report{{report}} {{tenant}}/s", f"sum by (tenant, report) ({rate('tenant_reports_total', gateway=True)})",
+             right_unit="short")),
+          w=8, unit="s"),
+))
+
 WORKERS = Row("Workers", (
     Stat("Workers ready",
          "Workers whose readiness is true (claiming tasks) and workers exporting metrics (replicas). Fewer ready "
@@ -175,4 +236,4 @@ WORKERS = Row("Workers", (
            Q("ready", f"sum({m('worker_ready')})")), w=15, legend=("lastNotNull", "min", "max")),
 ))
 
-ROWS: tuple[Row, ...] = (PLAN, QUEUE, API, ERRORS, WORKERS)
+ROWS: tuple[Row, ...] = (PLAN, QUEUE, API, ERRORS, TENANTS, WORKERS)

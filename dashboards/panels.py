@@ -1,8 +1,10 @@
 """The dashboard's vocabulary: rows of stat and graph panels, each a list of PromQL queries.
 
-Every query selects one release with :data:`SELECTOR` (the ``namespace`` and ``job`` variables); :func:`m` and
-:func:`rate` write it, so no query can forget it. Sizes are Grafana grid units (24 columns); panels flow left to
-right inside their row and wrap (``build.layout``), so adding a panel or a row needs no coordinates.
+Every query selects one release with :data:`SELECTOR` (the ``namespace`` and ``job`` variables: the workers) or,
+for the gateway's metrics, :data:`GATEWAY_SELECTOR` (``namespace`` and ``gateway``); :func:`m`, :func:`rate` and
+:func:`quantile` write it (``gateway=True`` for the gateway's), so no query can forget it. Sizes are Grafana grid
+units (24 columns); panels flow left to right inside their row and wrap (``build.layout``), so adding a panel or a
+row needs no coordinates.
 """
 
 from __future__ import annotations
@@ -11,27 +13,28 @@ from dataclasses import dataclass
 
 PREFIX = "captcha_solver_"
 SELECTOR = 'namespace=~"$namespace", job=~"$job"'
+GATEWAY_SELECTOR = 'namespace=~"$namespace", job=~"$gateway"'
 GRID_COLUMNS = 24
 
 
-def m(name: str, **labels: str) -> str:
+def m(name: str, gateway: bool = False, **labels: str) -> str:
     """``captcha_solver_<name>{<release selector>, label="value"...}``; a value starting with ``~`` or ``!``
-    becomes ``=~`` / ``!~``."""
-    matchers = [SELECTOR]
+    becomes ``=~`` / ``!~``. `gateway`: a metric of the release's gateway."""
+    matchers = [GATEWAY_SELECTOR if gateway else SELECTOR]
     for label, value in labels.items():
         op = {"~": "=~", "!": "!~"}.get(value[:1], "=")
         matchers.append(f'{label}{op}"{value.lstrip("~!") if op != "=" else value}"')
     return f"{PREFIX}{name}{{{', '.join(matchers)}}}"
 
 
-def rate(name: str, window: str = "$__rate_interval", **labels: str) -> str:
-    return f"rate({m(name, **labels)}[{window}])"
+def rate(name: str, window: str = "$__rate_interval", gateway: bool = False, **labels: str) -> str:
+    return f"rate({m(name, gateway, **labels)}[{window}])"
 
 
-def quantile(q: float, histogram: str, by: str = "") -> str:
+def quantile(q: float, histogram: str, by: str = "", gateway: bool = False) -> str:
     """``histogram_quantile`` over a histogram's buckets summed over the release (and ``by`` labels)."""
     group = f"le, {by}" if by else "le"
-    return f"histogram_quantile({q}, sum by ({group}) ({rate(f'{histogram}_bucket')}))"
+    return f"histogram_quantile({q}, sum by ({group}) ({rate(f'{histogram}_bucket', gateway=gateway)}))"
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """A picture of the dashboard without a Grafana: ``python -m dashboards render`` (``make dashboard-png``).
 
-It starts a real demo run (``demo.running_stack``: redis-server, the simulator, worker processes), a real
-Prometheus (the Debian package) scraping the workers every second with the labels a ServiceMonitor gives, and a
-producer whose load rises past the plan's threads and falls again (plus a few tasks no worker can run, for the
-dead letters). Then every panel of the committed dashboard JSON is drawn where its ``gridPos`` puts it, each
-target's PromQL evaluated through ``/api/v1/query_range`` with the variables substituted. ``draw`` is the part
-that needs only a Prometheus (tests/test_observability.py draws the lab's dashboard with it).
+It starts a real demo run (``demo.running_stack``: redis-server, the simulator, worker processes) with a gateway
+(``captcha-worker gateway``, two tenants), a real Prometheus (the Debian package) scraping the workers and the
+gateway every second with the labels a ServiceMonitor gives, and a producer whose load rises past the plan's
+threads and falls again (plus a few tasks no worker can run, for the dead letters; a share of it goes through the
+gateway, for the Tenants row). Then every panel of the committed dashboard JSON is drawn where its ``gridPos`` puts
+it, each target's PromQL evaluated through ``/api/v1/query_range`` with the variables substituted. ``draw`` is the
+part that needs only a Prometheus (tests/test_observability.py draws the lab's dashboard with it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import matplotlib
 
 matplotlib.use("Agg")
@@ -37,12 +39,14 @@ from matplotlib.ticker import FuncFormatter
 
 from captcha_worker import demo, prom
 from captcha_worker.client import CaptchaQueue
-from captcha_worker.localredis import free_port
+from captcha_worker.localredis import free_port, port_open
 from captcha_worker.queue import as_awaitable
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "charts" / "captcha-solver" / "dashboards" / "captcha-solver.json"
-NAMESPACE, JOB = "demo", "demo-captcha-solver-worker"
+NAMESPACE, JOB, GATEWAY_JOB = "demo", "demo-captcha-solver-worker", "demo-captcha-solver-gateway"
+#: the demo gateway's tenants: name -> (key, threads)
+TENANTS = {"team-a": ("DemoTeamA" + "a" * 23, 8), "team-b": ("DemoTeamB" + "b" * 23, 4)}
 SCRAPE_S = 1.0
 RATE_INTERVAL = "10s"  # Grafana's $__rate_interval at a 1 s scrape: max(4 x scrape, step + scrape)
 PALETTE = ("#7EB26D", "#EAB839", "#6ED0E0", "#EF843C", "#E24D42", "#1F78C1", "#BA43A6", "#705DA0", "#508642",
@@ -59,8 +63,8 @@ class Series:
     right: bool = False
 
 
-def substitute(expr: str, namespace: str, job: str, range_s: float) -> str:
-    return (expr.replace("$namespace", namespace).replace("$job", job)
+def substitute(expr: str, namespace: str, job: str, range_s: float, gateway: str = GATEWAY_JOB) -> str:
+    return (expr.replace("$namespace", namespace).replace("$job", job).replace("$gateway", gateway)
             .replace("$__rate_interval", RATE_INTERVAL).replace("$__range", f"{max(int(range_s), 1)}s"))
 
 
@@ -68,14 +72,14 @@ def legend_of(fmt: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt)
 
 
-def panel_series(url: str, panel: dict[str, Any], *, namespace: str, job: str, start: float,
+def panel_series(url: str, panel: dict[str, Any], *, namespace: str, job: str, gateway: str, start: float,
                  end: float) -> list[Series]:
     right = {o["matcher"]["options"] for o in panel["fieldConfig"].get("overrides", [])
              if any(p["id"] == "custom.axisPlacement" and p["value"] == "right" for p in o["properties"])}
     step = max((end - start) / 240, SCRAPE_S)
     out = []
     for t in panel["targets"]:
-        expr = substitute(t["expr"], namespace, job, end - start)
+        expr = substitute(t["expr"], namespace, job, end - start, gateway)
         for r in prom.query_range(url, expr, start=start, end=end, step_s=step):
             points = [(float(ts), float(v)) for ts, v in r["values"] if math.isfinite(float(v))]
             if points:
@@ -224,11 +228,11 @@ def picture(doc: dict[str, Any], series: dict[str, list[Series]], out: Path, sub
     plt.close(fig)
 
 
-def draw(url: str, out: Path, *, namespace: str, job: str, start: float, end: float,
+def draw(url: str, out: Path, *, namespace: str, job: str, start: float, end: float, gateway: str = GATEWAY_JOB,
          dashboard: Path = DASHBOARD, subtitle: str = "") -> dict[str, int]:
     """Draw every panel of `dashboard` from Prometheus at `url`; return the number of series per panel title."""
     doc = json.loads(dashboard.read_text())
-    series = {p["title"]: panel_series(url, p, namespace=namespace, job=job, start=start, end=end)
+    series = {p["title"]: panel_series(url, p, namespace=namespace, job=job, gateway=gateway, start=start, end=end)
               for p in doc["panels"] if p["type"] != "row"}
     picture(doc, series, out, subtitle)
     return {title: len(s) for title, s in series.items()}
@@ -236,12 +240,14 @@ def draw(url: str, out: Path, *, namespace: str, job: str, start: float, end: fl
 
 # -- the demo run -------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def prometheus(workdir: Path, ports: list[int]) -> Iterator[str]:
+def prometheus(workdir: Path, ports: list[int], gateway_port: int) -> Iterator[str]:
     binary = shutil.which("prometheus")
     if binary is None:
         raise RuntimeError("prometheus is not installed: scripts/install-tools.sh --only prometheus")
     targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": NAMESPACE, "job": JOB, "pod": f"{JOB}-{i}"}}
                for i, port in enumerate(ports)]
+    targets.append({"targets": [f"127.0.0.1:{gateway_port}"],
+                    "labels": {"namespace": NAMESPACE, "job": GATEWAY_JOB, "pod": f"{GATEWAY_JOB}-0"}})
     (workdir / "targets.json").write_text(json.dumps(targets))
     config = {"global": {"scrape_interval": f"{SCRAPE_S:g}s", "scrape_timeout": "900ms"},
               "scrape_configs": [{"job_name": "demo", "honor_labels": True,
@@ -273,13 +279,21 @@ def prometheus(workdir: Path, ports: list[int]) -> Iterator[str]:
 PROFILE = ((60, 6.0), (60, 16.0), (45, 8.0), (45, 1.0))
 
 
-async def _produce(redis_url: str) -> None:
+async def _through_gateway(session: Any, url: str, tenant: str) -> None:
+    fields = {"key": TENANTS[tenant][0], "method": "turnstile", "sitekey": "0x4AAAAAAA", "json": "1",
+              "pageurl": "https://example.com/login"}
+    async with session.post(f"{url}/in.php", data=fields) as resp:
+        await resp.read()
+
+
+async def _produce(redis_url: str, gateway_url: str) -> None:
     rng = random.Random(17)
-    async with CaptchaQueue.from_url(redis_url) as q:
+    async with CaptchaQueue.from_url(redis_url) as q, aiohttp.ClientSession() as session:
         for phase, (seconds, rate) in enumerate(PROFILE):
             ends = time.monotonic() + seconds
             while time.monotonic() < ends:
                 await q.submit_many([demo._pick(rng) for _ in range(max(1, round(rate / 2)))])
+                await _through_gateway(session, gateway_url, "team-a" if rng.random() < 0.7 else "team-b")
                 if phase == 1 and rng.random() < 0.1:  # raw JSON no worker can run: dead letters
                     await as_awaitable(q.redis.rpush(q.keys.pending, json.dumps({"id": f"bad{rng.random()}",
                                                                                  "method": "hcaptcha"})))
@@ -290,10 +304,17 @@ async def _run(out: Path) -> dict[str, int]:
     ns = argparse.Namespace(threads=20, workers=3, concurrency=8, speed=20.0, unsolvable=0.05)
     os.environ["CAPTCHAAI_MONTHLY_PRICE"] = "30"  # the demo's workers inherit it: the cost panel has a price
     async with demo.running_stack(ns) as (stack, _):
+        api_port, gateway_metrics = free_port(), free_port()
+        tenants = {"tenants": [{"name": n, "key": k, "threads": t} for n, (k, t) in TENANTS.items()]}
+        await demo._spawn(stack, "gateway", ["gateway"], {
+            "REDIS_URL": stack.redis_url, "GATEWAY_TENANTS": json.dumps(tenants), "GATEWAY_HOST": "127.0.0.1",
+            "GATEWAY_PORT": str(api_port), "METRICS_HOST": "127.0.0.1", "METRICS_PORT": str(gateway_metrics),
+            "LOG_LEVEL": "warning"})
+        await demo._wait_for(lambda: port_open(api_port), "gateway")
         with tempfile.TemporaryDirectory(prefix="captcha-dashboard-") as d, \
-                prometheus(Path(d), stack.metrics_ports) as url:
+                prometheus(Path(d), stack.metrics_ports, gateway_metrics) as url:
             start = time.time()
-            await _produce(stack.redis_url)
+            await _produce(stack.redis_url, f"http://127.0.0.1:{api_port}")
             await asyncio.sleep(15)
             end = time.time()
             subtitle = (f"demo run: {ns.workers} workers x {ns.concurrency} slots, a {ns.threads}-thread simulated "

@@ -169,3 +169,69 @@ def simulator(logdir: Path, *args: str) -> Iterator[SimProc]:
         yield sim
     finally:
         sim.stop()
+
+
+class GatewayProc:
+    """One `captcha-worker gateway` process on free ports (`url`, `metrics_port`); `env` completes the config."""
+
+    def __init__(self, name: str, env: dict[str, str], logdir: Path, *, tls: bool = False) -> None:
+        self.name, self.env, self.logdir, self.tls = name, env, logdir, tls
+        self.port, self.metrics_port = free_port(), free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    def start(self) -> GatewayProc:
+        with open(self.logdir / f"{self.name}.log", "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "gateway"],
+                                         env=cli_env(**self.env, GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=str(self.port),
+                                                     METRICS_HOST="127.0.0.1", METRICS_PORT=str(self.metrics_port)),
+                                         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            wait_port(self.metrics_port)
+            wait_port(self.port)
+        except RuntimeError:
+            raise RuntimeError(f"gateway {self.name} did not start:\n{self.logs()[-3000:]}") from None
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def logs(self) -> str:
+        path = self.logdir / f"{self.name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the series of `name` whose labels include `labels` (0 when absent)."""
+        total = 0.0
+        for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", self.metrics(), re.M):
+            got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+            if all(got.get(k) == v for k, v in labels.items()):
+                total += float(m.group(2))
+        return total
+
+
+@contextmanager
+def gateways(specs: list[tuple[str, bool]], env: dict[str, str], logdir: Path) -> Iterator[list[GatewayProc]]:
+    """Gateway processes, one per (name, tls); stopped (SIGTERM, then SIGKILL) on exit."""
+    procs: list[GatewayProc] = []
+    try:
+        for name, tls in specs:
+            procs.append(GatewayProc(name, env, logdir, tls=tls).start())
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()

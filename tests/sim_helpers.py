@@ -171,11 +171,12 @@ class Api:
 
 @dataclass
 class PingbackReceiver:
-    """An HTTP server on 127.0.0.1 that records the query of every GET it receives (``status`` is what it
-    answers)."""
+    """An HTTP server on 127.0.0.1 that records the query of every GET it receives, and its headers in
+    ``headers`` (same order; ``status`` is what it answers)."""
 
     status: int = 200
     hits: list[Mapping[str, str]] = field(default_factory=list)
+    headers: list[Mapping[str, str]] = field(default_factory=list)
     url: str = ""
     _runner: web.AppRunner | None = None
 
@@ -195,6 +196,7 @@ class PingbackReceiver:
             await self._runner.cleanup()
 
     async def _hit(self, request: web.Request) -> web.Response:
+        self.headers.append(dict(request.headers))
         self.hits.append(dict(request.query))
         return web.Response(status=self.status, text="ok")
 

@@ -138,11 +138,23 @@ def test_p7_planner(results: Path) -> None:
     assert case["solved"] > 0
 
 
+def test_p8_gateway(results: Path) -> None:
+    d = load(results, "p8_gateway")
+    for endpoint in ("in", "res_get"):
+        for key in ("rps", "cpu_us_per_request", "gateway_cores", "errors"):
+            assert SUMMARY <= d["throughput"][endpoint][key].keys()
+        assert d["throughput"][endpoint]["errors"]["max"] == 0
+    lat = d["latency"]
+    for system in ("gateway", "library"):
+        assert SUMMARY <= lat[system]["p50_s"].keys() and lat[system]["samples"]["median"] > 0
+    assert {"added_p50_s", "added_p99_s", "gateway_cpu_us_per_request"} <= lat.keys()
+
+
 def test_report_renders_from_smoke_results(results: Path, tmp_path: Path) -> None:
     """Every generated block of docs/benchmarks.md is rewritten from the results: the copy's blocks are emptied
     first, so a block the report skipped keeps the placeholder and fails here."""
     doc = tmp_path / "benchmarks.md"
-    blocks = ("machine", "summary", "p1", "p2", "p3", "p4", "p5", "p6", "p7")
+    blocks = ("machine", "summary", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8")
     emptied = (ROOT / "docs" / "benchmarks.md").read_text()
     for block in blocks:
         emptied, n = re.subn(rf"(<!-- BEGIN GENERATED: {block} -->\n).*?(<!-- END GENERATED: {block} -->)",

@@ -125,12 +125,12 @@ def test_layout_is_a_grid_without_overlaps() -> None:
 
 def test_rows_are_the_operators_reading_order() -> None:
     assert [r.title for r in captcha_solver.ROWS] == ["Plan & budget", "Queue & solves", "CaptchaAI API", "Errors",
-                                                      "Workers"]
+                                                      "Tenants", "Workers"]
 
 
 def test_adding_a_row_is_a_few_lines(tmp_path: Path) -> None:
-    """What the gateway's tenants row will do: one Row in ROWS; it lands between Errors and Workers, the JSON stays
-    valid for Grafana, and the panels below move down."""
+    """What the gateway's tenants row did: one Row in ROWS; it lands before Workers, the JSON stays valid for
+    Grafana, and the panels below move down."""
     extra = Row("Example", (
         Stat("Example stat", "An example.", (Q("x", f"max({m('queue_depth', state='pending')})"),)),
         Graph("Example graph", "An example.", (Q("{{state}}", f"max by (state) ({m('queue_depth')})"),), w=20),
@@ -151,3 +151,4 @@ def test_selector_helper() -> None:
     assert m("tasks_total", outcome="solved") == ('captcha_solver_tasks_total{namespace=~"$namespace", '
                                                   'job=~"$job", outcome="solved"}')
     assert m("x", code="!OK|A", kind="~a|b").endswith('code!~"OK|A", kind=~"a|b"}')
+    assert m("tenant_threads", True) == 'captcha_solver_tenant_threads{namespace=~"$namespace", job=~"$gateway"}'

@@ -16,6 +16,10 @@ with values that shorten every `for:` to 5 s (`prometheusRule.alerts.<name>.for`
 | obs-saturated | 2-thread plan, budget 3 (followed), tasks faster than it solves | PlanSaturated, BudgetFollowsPlan |
 | obs-dead | malformed / unsupported raw tasks; budget 4 on a 16-thread plan | DeadLettersGrowing, PlanThreadsMismatch |
 | obs-reap | a worker holding 8 solves is SIGKILLed; its leases expire and are reaped | LeasesReaped |
+| obs-tenants | a gateway with two tenants: one (2 threads) floods it, the other submits now and then | TenantPinned |
+
+obs-main also runs a `captcha-worker gateway` with two tenants (neither near its share), scraped like a gateway
+Service would be (`job` = the gateway Service name), for the dashboard's Tenants row.
 
 The dashboard's queries are evaluated for obs-main (variables substituted) through /api/v1/query. Run with -s to
 see the figures (time to fire per alert, query count).
@@ -41,12 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from captcha_worker import codes, metrics, planner
+from captcha_worker.gateway import metrics as gm
 from captcha_worker.queue import Keys, RedisQueue
 from tests.chart.chartlib import CRD_SCHEMAS, K8S_SCHEMA_VERSIONS, REQUIRED_VALUES, TOOLS, chart_copy, tool
 from tests.helpers import KEY, OTHER_KEY, ROOT, cli_env, free_port, wait_port
@@ -58,6 +64,7 @@ DASHBOARD = CHART / "dashboards" / "captcha-solver.json"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 RELEASE = "cs"
 JOB = "cs-captcha-solver-worker"  # the worker Service name = the `job` label a ServiceMonitor gives
+GW_JOB = "cs-captcha-solver-gateway"  # the gateway Service name
 TEST_FOR = "5s"
 RATE_INTERVAL = "20s"  # $__rate_interval (Grafana: max(4 x scrape interval, $__interval + scrape interval))
 RANGE = "10m"  # $__range: longer than the whole lab run
@@ -70,6 +77,7 @@ ALERT_VALUES = {  # alert name -> its key under prometheusRule.alerts
     "CaptchaSolverDeadLettersGrowing": "deadLettersGrowing",
     "CaptchaSolverNoWorkerReady": "noWorkerReady",
     "CaptchaSolverLeasesReaped": "leasesReaped",
+    "CaptchaSolverTenantPinned": "tenantPinned",
 }
 # namespace -> (alerts that must fire, alerts that may also fire because the scenario really has that condition)
 EXPECTED: dict[str, tuple[set[str], set[str]]] = {
@@ -80,6 +88,17 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
     "obs-saturated": ({"CaptchaSolverPlanSaturated", "CaptchaSolverBudgetFollowsPlan"}, set()),
     "obs-dead": ({"CaptchaSolverDeadLettersGrowing", "CaptchaSolverPlanThreadsMismatch"}, set()),
     "obs-reap": ({"CaptchaSolverLeasesReaped"}, set()),
+    "obs-tenants": ({"CaptchaSolverTenantPinned"}, {"CaptchaSolverPlanSaturated"}),  # the flood fills the plan too
+}
+#: the alerts that select the gateway's series (job = GW_JOB), not the workers'
+GATEWAY_ALERTS = {"CaptchaSolverTenantPinned"}
+TENANT_KEYS = {"team-a": "TeamA" + "a" * 27, "team-b": "TeamB" + "b" * 27, "flood": "Flood" + "f" * 27,
+               "calm": "CalmT" + "c" * 27}
+GATEWAY_TENANTS = {  # namespace -> tenants of its gateway
+    "obs-main": [{"name": "team-a", "key": TENANT_KEYS["team-a"], "threads": 16, "reserved": 2},
+                 {"name": "team-b", "key": TENANT_KEYS["team-b"], "threads": 8}],
+    "obs-tenants": [{"name": "flood", "key": TENANT_KEYS["flood"], "threads": 2},
+                    {"name": "calm", "key": TENANT_KEYS["calm"], "threads": 8}],
 }
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
 RECAPTCHA = {"googlekey": "6LcR_okUAAAAAPYrPe-HK_0RULO1aZM15ENyM-Mf", "pageurl": "https://example.com/form"}
@@ -97,8 +116,8 @@ def dashboard_queries() -> list[tuple[str, str]]:
     return [(p["title"], t["expr"]) for p in dashboard()["panels"] for t in p.get("targets", [])]
 
 
-def substitute(expr: str, namespace: str, job: str = JOB) -> str:
-    return (expr.replace("$namespace", namespace).replace("$job", job)
+def substitute(expr: str, namespace: str, job: str = JOB, gateway: str = GW_JOB) -> str:
+    return (expr.replace("$namespace", namespace).replace("$job", job).replace("$gateway", gateway)
             .replace("$__rate_interval", RATE_INTERVAL).replace("$__range", RANGE))
 
 
@@ -181,6 +200,7 @@ class Proc:
     name: str
     proc: subprocess.Popen[bytes]
     metrics_port: int | None = None
+    url: str = ""  # a gateway's API
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -196,6 +216,8 @@ class Lab:
     events: dict[str, float] = field(default_factory=dict)  # what happened when (time.monotonic())
     fired: dict[tuple[str, str], float] = field(default_factory=dict)  # (namespace, alert) -> first seen firing
     main_metrics: str = ""
+    gateway_metrics: str = ""
+    gateways: dict[str, Proc] = field(default_factory=dict)  # namespace -> its gateway
     stop: threading.Event = field(default_factory=threading.Event)
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
@@ -219,13 +241,29 @@ class Lab:
                 "METRICS_PORT": str(port), "LOG_LEVEL": "info", **env}
         p = self.spawn(f"{namespace}-{pod}", ["run"], full)
         p.metrics_port = port
-        # what prometheus-operator's Kubernetes SD + ServiceMonitor relabelling would produce for this pod
+        self.target(namespace, JOB, pod, port)
+        return p
+
+    def target(self, namespace: str, service: str, pod: str, port: int) -> None:
+        """What prometheus-operator's Kubernetes SD + ServiceMonitor relabelling would produce for this pod."""
         target = [{"targets": [f"127.0.0.1:{port}"],
-                   "labels": {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_service_name": JOB,
-                              "__meta_kubernetes_pod_name": f"{JOB}-{pod}"}}]
-        tmp = self.dir / "targets" / f".{namespace}-{pod}.tmp"
+                   "labels": {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_service_name": service,
+                              "__meta_kubernetes_pod_name": f"{service}-{pod}"}}]
+        tmp = self.dir / "targets" / f".{namespace}-{service}-{pod}.tmp"
         tmp.write_text(json.dumps(target))
-        tmp.rename(self.dir / "targets" / f"{namespace}-{pod}.json")
+        tmp.rename(self.dir / "targets" / f"{namespace}-{service}-{pod}.json")
+
+    def gateway(self, namespace: str) -> Proc:
+        """A `captcha-worker gateway` for the namespace's queue, scraped as the gateway Service's pods would be."""
+        port, metrics_port = free_port(), free_port()
+        env = {"REDIS_URL": self.redis_url, "QUEUE_NAME": namespace, "GATEWAY_HOST": "127.0.0.1",
+               "GATEWAY_PORT": str(port), "METRICS_HOST": "127.0.0.1", "METRICS_PORT": str(metrics_port),
+               "GATEWAY_TENANTS": json.dumps({"tenants": GATEWAY_TENANTS[namespace]})}
+        p = self.spawn(f"{namespace}-gateway", ["gateway"], env)
+        p.metrics_port = metrics_port
+        p.url = f"http://127.0.0.1:{port}"
+        self.target(namespace, GW_JOB, "0", metrics_port)
+        self.gateways[namespace] = p
         return p
 
     def sim_config(self, namespace: str, **patch: object) -> None:
@@ -256,14 +294,28 @@ def gauge(text: str, name: str) -> float:
     raise AssertionError(f"{name} not exported")
 
 
+async def through_gateway(session: aiohttp.ClientSession, lab: Lab, namespace: str, tenant: str, count: int) -> None:
+    """`count` turnstile tasks for a tenant through the namespace's gateway (in.php, as a client library would)."""
+    fields = {"key": TENANT_KEYS[tenant], "method": "turnstile", "json": "1", **TURNSTILE}
+    for _ in range(count):
+        with contextlib.suppress(aiohttp.ClientError):
+            async with session.post(f"{lab.gateways[namespace].url}/in.php", data=fields) as resp:
+                await resp.read()
+
+
 async def produce(lab: Lab) -> None:
     """Steady load for the scenarios that need it, until lab.stop."""
     redis = Redis.from_url(lab.redis_url, decode_responses=True)
     queues = {ns: RedisQueue(redis, ns) for ns in ("obs-main", "obs-fatal", "obs-saturated")}
+    session = aiohttp.ClientSession()
     n = 0
     try:
         while not lab.stop.is_set():
             n += 1
+            await through_gateway(session, lab, "obs-main", "team-a", 1)
+            await through_gateway(session, lab, "obs-main", "team-b", n % 2)
+            await through_gateway(session, lab, "obs-tenants", "flood", 3)  # 7.5/s of 2 s solves: far past 2 threads
+            await through_gateway(session, lab, "obs-tenants", "calm", int(n % 4 == 0))
             batch = [(f"m{n}t{i}", task_body(f"m{n}t{i}", "turnstile", TURNSTILE)) for i in range(2)]
             if n % 2 == 0:
                 batch.append((f"m{n}r", task_body(f"m{n}r", "userrecaptcha", RECAPTCHA)))
@@ -278,6 +330,7 @@ async def produce(lab: Lab) -> None:
                 await redis.rpush(Keys("obs-dead").pending, json.dumps(bad))
             await asyncio.sleep(0.4)
     finally:
+        await session.close()
         await redis.aclose()
 
 
@@ -361,8 +414,11 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         lab.simulator("obs-capacity", "--threads", "6", "--over-cap", "zero_balance", "--latency", "turnstile=40:5")
         lab.simulator("obs-saturated", "--threads", "2", "--latency", "turnstile=20:2")
         lab.simulator("obs-reap", "--threads", "16", "--latency", "turnstile=300:10")
+        lab.simulator("obs-tenants", "--threads", "10", "--latency", "turnstile=40:5")
         for url in lab.sims.values():
             wait_port(int(url.rsplit(":", 1)[1]))
+        for ns in GATEWAY_TENANTS:
+            lab.gateway(ns)
         t0 = time.monotonic()
         lab.events["start"] = t0
         main = [lab.worker("obs-main", f"w{i}", "obs-main", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8",
@@ -374,6 +430,9 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         victim = lab.worker("obs-reap", "w0", "obs-reap", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8",
                             LEASE_SECONDS="3")
         lab.worker("obs-reap", "w1", "obs-reap", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8", LEASE_SECONDS="3")
+        lab.worker("obs-tenants", "w0", "obs-tenants", CAPTCHAAI_THREADS="10", WORKER_CONCURRENCY="10")
+        for gateway in lab.gateways.values():
+            wait_port(int(gateway.url.rsplit(":", 1)[1]))
         # obs-capacity: the plan shrinks to 1 thread once the worker read 6 (it reads again only in 5 minutes)
         assert capacity.metrics_port is not None
         capacity_port = capacity.metrics_port
@@ -427,6 +486,7 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         # the dashboard is evaluated while obs-main still runs: give it at least 20 s of history
         wait_for(lambda: time.monotonic() - t0 > 25, 30, "obs-main history")
         lab.main_metrics = scrape(main[0].metrics_port or 0)
+        lab.gateway_metrics = scrape(lab.gateways["obs-main"].metrics_port or 0)
         lab.events["observed"] = time.monotonic()
         yield lab
     finally:
@@ -496,7 +556,7 @@ def test_every_alert_expression_returns_data_in_its_scenario(lab: Lab, tmp_path:
                 result = lab.prom.query(rule["expr"])
                 assert result, f"{rule['alert']} returns nothing in {ns} now:\n{rule['expr']}"
                 assert {r["metric"]["namespace"] for r in result} == {ns}
-                assert {r["metric"]["job"] for r in result} == {JOB}
+                assert {r["metric"]["job"] for r in result} == {GW_JOB if rule["alert"] in GATEWAY_ALERTS else JOB}
 
 
 def test_promtool_accepts_the_rendered_rules(tmp_path: Path) -> None:
@@ -524,20 +584,23 @@ def test_rule_values_are_honoured(tmp_path: Path) -> None:
         assert rule["labels"]["severity"] in {"warning", "critical"}
         assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
         assert rule["annotations"]["runbook_url"] == "docs/operations.md#troubleshooting"
-        assert 'namespace="captcha", job="cs-captcha-solver-worker"' in rule["expr"]
+        job = GW_JOB if rule["alert"] in GATEWAY_ALERTS else JOB
+        assert f'namespace="captcha", job="{job}"' in rule["expr"]
         assert "{{" not in rule["expr"]
     rules = {r["alert"]: r for r in rendered_rules(
         chart, "prometheusRule.alerts.leasesReaped.enabled=false",
         "prometheusRule.alerts.planSaturated.for=1h", "prometheusRule.alerts.planSaturated.severity=page",
         "prometheusRule.alerts.planSaturated.utilisation=0.75", "prometheusRule.alerts.noPlanCapacity.ratio=0.25",
         "prometheusRule.alerts.deadLettersGrowing.threshold=10", "prometheusRule.selector=job=\"mine\"",
+        "prometheusRule.gatewaySelector=job=\"gw\"",
         "prometheusRule.runbookUrl=https://runbooks.example/cs")[0]["rules"]}
     assert "CaptchaSolverLeasesReaped" not in rules and len(rules) == len(ALERT_VALUES) - 1
     sat = rules["CaptchaSolverPlanSaturated"]
     assert (sat["for"], sat["labels"]["severity"]) == ("1h", "page")
     assert ">= 0.75" in sat["expr"] and "> 0.25" in rules["CaptchaSolverNoPlanCapacity"]["expr"]
     assert rules["CaptchaSolverDeadLettersGrowing"]["expr"].endswith("> 10")
-    assert all('{job="mine"' in r["expr"] and "namespace=" not in r["expr"] for r in rules.values())
+    assert all(('{job="gw"' if a in GATEWAY_ALERTS else '{job="mine"') in r["expr"] and "namespace=" not in r["expr"]
+               for a, r in rules.items())
     assert {r["annotations"]["runbook_url"] for r in rules.values()} == {"https://runbooks.example/cs"}
     # a bad duration is rejected by the values schema
     proc = subprocess.run([str(tool("helm3")), "template", RELEASE, str(chart), "--set", "prometheusRule.enabled=true",
@@ -563,10 +626,14 @@ def test_every_dashboard_query_returns_data(lab: Lab) -> None:
 
 
 def test_dashboard_queries_only_see_the_selected_release(lab: Lab) -> None:
-    """With another namespace or job selected, every query is empty: each one filters on the variables."""
+    """With another namespace, job or gateway selected, every query is empty: each one filters on the variables."""
     for title, expr in dashboard_queries():
         assert not lab.prom.query(substitute(expr, "obs-nonexistent")), f"{title}: ignores $namespace: {expr}"
-        assert not lab.prom.query(substitute(expr, "obs-main", job="other-job")), f"{title}: ignores $job: {expr}"
+        assert "$job" in expr or "$gateway" in expr, title
+        if "$job" in expr:
+            assert not lab.prom.query(substitute(expr, "obs-main", job="other-job")), f"{title}: ignores $job: {expr}"
+        if "$gateway" in expr:
+            assert not lab.prom.query(substitute(expr, "obs-main", gateway="other-gw")), f"{title}: ignores $gateway"
 
 
 def test_dashboard_figures_are_plausible(lab: Lab) -> None:
@@ -587,6 +654,13 @@ def test_dashboard_figures_are_plausible(lab: Lab) -> None:
     assert 0.5 < one("Success rate") <= 1  # 15 % unsolvable, resubmitted once
     assert one("API calls per solve") >= 2  # in.php + at least one res.php
     assert one("Fatal API errors") == 0
+    costs = lab.prom.query(substitute(next(t["expr"] for p in dashboard()["panels"] if p["title"] == "Cost by tenant"
+                                           for t in p["targets"]), "obs-main"))
+    assert {r["metric"]["tenant"] for r in costs} == {"team-a", "team-b"}
+    assert sum(float(r["value"][1]) for r in costs) == pytest.approx(90)  # the plan's price, shared by use
+    shares = lab.prom.query(substitute('max by (tenant) (captcha_solver_tenant_threads{namespace=~"$namespace", '
+                                       'job=~"$gateway"})', "obs-main"))
+    assert {r["metric"]["tenant"]: float(r["value"][1]) for r in shares} == {"team-a": 16, "team-b": 8}
 
 
 def test_dashboard_variables_resolve(lab: Lab) -> None:
@@ -599,6 +673,9 @@ def test_dashboard_variables_resolve(lab: Lab) -> None:
     job_match, job_label = re.fullmatch(r"label_values\((.+), (\w+)\)", job_query).groups()  # type: ignore[union-attr]
     jobs = lab.prom.get(f"/api/v1/label/{job_label}/values", **{"match[]": substitute(job_match, "obs-main")})
     assert jobs == [JOB]
+    gw_match, gw_label = re.fullmatch(r"label_values\((.+), (\w+)\)",  # type: ignore[union-attr]
+                                      variables["gateway"]["query"]["query"]).groups()
+    assert lab.prom.get(f"/api/v1/label/{gw_label}/values", **{"match[]": substitute(gw_match, "obs-main")}) == [GW_JOB]
 
 
 def test_dashboard_is_provisionable() -> None:
@@ -607,7 +684,7 @@ def test_dashboard_is_provisionable() -> None:
     assert "__inputs" not in dash and "__requires" not in dash
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    for name in ("namespace", "job"):
+    for name in ("namespace", "job", "gateway"):
         v = variables[name]
         assert v["type"] == "query" and v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         assert v["query"]["query"].startswith("label_values(captcha_solver_")
@@ -624,9 +701,10 @@ def test_dashboard_is_provisionable() -> None:
         for t in panel["targets"]:
             assert t["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
             used = set(re.findall(r"\$\{?(\w+)", t["expr"]))
-            assert used <= {"namespace", "job", "__rate_interval", "__range"}, (panel["title"], used)
+            assert used <= {"namespace", "job", "gateway", "__rate_interval", "__range"}, (panel["title"], used)
             selectors = re.findall(r"captcha_solver_\w+(\{[^}]*\})?", t["expr"])
-            assert selectors and all('namespace=~"$namespace", job=~"$job"' in s for s in selectors), t["expr"]
+            assert selectors and all('namespace=~"$namespace", job=~"$job"' in s
+                                     or 'namespace=~"$namespace", job=~"$gateway"' in s for s in selectors), t["expr"]
 
 
 def test_required_panels_exist() -> None:
@@ -658,25 +736,28 @@ def test_the_dashboard_picture_draws_every_panel_from_prometheus(lab: Lab, tmp_p
 
     end = time.time()
     out = tmp_path / "dashboard.png"
-    counts = draw(lab.prom.base, out, namespace="obs-main", job=JOB, start=end - 60, end=end)
+    counts = draw(lab.prom.base, out, namespace="obs-main", job=JOB, gateway=GW_JOB, start=end - 60, end=end)
     panels = [p["title"] for p in dashboard()["panels"] if p["type"] != "row"]
     assert sorted(counts) == sorted(panels)
     assert not [t for t, n in counts.items() if n == 0], counts
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # another release draws nothing: the picture too filters on namespace and job
-    other = draw(lab.prom.base, tmp_path / "other.png", namespace="obs-nonexistent", job=JOB, start=end - 60, end=end)
+    other = draw(lab.prom.base, tmp_path / "other.png", namespace="obs-nonexistent", job=JOB, gateway=GW_JOB,
+                 start=end - 60, end=end)
     assert set(other.values()) == {0}
 
 
 def test_planner_reads_the_observed_workload(lab: Lab) -> None:
-    """plan --from-prometheus on obs-main: the producer's rate (5 turnstile + 1.25 reCAPTCHA per second) and the
-    simulator's solve times (12 s and 60 s at --speed 20, plus the poll lag)."""
+    """plan --from-prometheus on obs-main: the producer's rate (per 0.4 s loop: 2 turnstile and half a reCAPTCHA
+    pushed, 1.5 turnstile through the gateway's tenants: up to 8.75 turnstile + 1.25 reCAPTCHA per second, less as
+    the loop's own calls take time) and the simulator's solve times (12 s and 60 s at --speed 20, plus the poll
+    lag)."""
 
     w = planner.from_prometheus(lab.prom.base, 'namespace="obs-main"', "20s")
     kinds = {k.kind: k for k in w.kinds}
     assert set(kinds) == {"turnstile", "recaptcha_v2"}
-    assert 4.0 < w.rate_per_s < 8.5, w
-    assert 0.65 < kinds["turnstile"].share < 0.9, w
+    assert 4.0 < w.rate_per_s < 10.5, w
+    assert 0.75 < kinds["turnstile"].share < 0.95, w
     assert 0.5 < kinds["turnstile"].mean_s < 1.5 and 2.5 < kinds["recaptcha_v2"].mean_s < 4.5, w
     assert 0 < kinds["turnstile"].stddev_s < 1.0, w
     proc = subprocess.run([sys.executable, "-m", "captcha_worker.cli", "plan", "--from-prometheus", lab.prom.base,
@@ -722,32 +803,38 @@ def exported(text: str) -> dict[str, tuple[str, set[str], set[str]]]:
 
 
 def test_dashboard_and_rules_use_only_exported_metrics(lab: Lab, tmp_path: Path) -> None:
-    samples = {s for _, _, names in exported(lab.main_metrics).values() for s in names}
+    """Worker and gateway: every name the dashboard and the rules use is exported, every exported family is shown."""
+    scrapes = (lab.main_metrics, lab.gateway_metrics)
+    samples = {s for text in scrapes for _, _, names in exported(text).values() for s in names}
     used = {n for _, expr in dashboard_queries() for n in metric_names(expr)}
     for v in dashboard()["templating"]["list"]:
         used |= metric_names(v.get("query", {}).get("query", "") if v["type"] == "query" else "")
     rules = rendered_rules(offline_chart(tmp_path))[0]["rules"]
     used_rules = {n for r in rules for n in metric_names(r["expr"])}
     assert used and used_rules
-    assert not (used | used_rules) - samples, f"not exported by the worker: {sorted((used | used_rules) - samples)}"
-    families = set(exported(lab.main_metrics))
+    assert not (used | used_rules) - samples, f"not exported: {sorted((used | used_rules) - samples)}"
+    families = {f for text in scrapes for f in exported(text)}
     unused = {f for f in families if not any(s.startswith(f.removesuffix("_total")) for s in used)}
     assert not unused, f"exported but on no panel: {sorted(unused)}"
+    worker, gateway = set(exported(lab.main_metrics)), set(exported(lab.gateway_metrics))
+    assert not worker & gateway, "a metric exported by both the worker and the gateway"
 
 
-def documented() -> dict[str, tuple[str, str]]:
-    """docs/metrics.md metric table: name -> (type, labels cell)."""
+def documented(section: str) -> dict[str, tuple[str, str]]:
+    """A metric table of docs/metrics.md (the one under the heading `section`): name -> (type, labels cell)."""
     rows: dict[str, tuple[str, str]] = {}
-    for line in METRICS_DOC.read_text().splitlines():
+    text = METRICS_DOC.read_text().split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    for line in text.splitlines():
         m = re.match(r"\|\s*`(captcha_solver_\w+)`\s*\|\s*(\w+)\s*\|([^|]*)\|", line)
         if m:
             rows[m.group(1)] = (m.group(2), m.group(3))
     return rows
 
 
-def test_every_exported_metric_is_documented_and_vice_versa(lab: Lab) -> None:
-    docs = documented()
-    live = exported(lab.main_metrics)
+@pytest.mark.parametrize(("section", "which"), [("The metrics", "worker"), ("Gateway metrics", "gateway")])
+def test_every_exported_metric_is_documented_and_vice_versa(lab: Lab, section: str, which: str) -> None:
+    docs = documented(section)
+    live = exported(lab.main_metrics if which == "worker" else lab.gateway_metrics)
     assert set(docs) == set(live), (f"undocumented: {sorted(set(live) - set(docs))}; "
                                     f"documented but not exported: {sorted(set(docs) - set(live))}")
     for name, (kind, labels, _) in live.items():
@@ -759,21 +846,30 @@ def test_every_exported_metric_is_documented_and_vice_versa(lab: Lab) -> None:
 
 
 def test_no_worker_label_clashes_with_a_target_label(lab: Lab) -> None:
-    """prometheus-operator gives ServiceMonitor targets these labels; a worker label of the same name would be renamed
-    `exported_<name>` (and every query on it would silently return nothing)."""
+    """prometheus-operator gives ServiceMonitor targets these labels; a worker (or gateway) label of the same name
+    would be renamed `exported_<name>` (and every query on it would silently return nothing)."""
     target_labels = {"namespace", "job", "service", "pod", "endpoint", "instance", "container"}
-    clash = {(name, label) for name, (_, labels, _) in exported(lab.main_metrics).items() for label in labels
-             if label in target_labels}
+    clash = {(name, label) for text in (lab.main_metrics, lab.gateway_metrics)
+             for name, (_, labels, _) in exported(text).items() for label in labels if label in target_labels}
     assert not clash, clash
     stored = lab.prom.query('count by (__name__) ({__name__=~"captcha_solver_.+", exported_endpoint=~".+"})')
     stored += lab.prom.query('count by (__name__) ({__name__=~"captcha_solver_.+", exported_namespace=~".+"})')
     assert not stored, f"labels renamed by Prometheus: {stored}"
 
 
+def test_gateway_label_values_are_config_names_only(lab: Lab) -> None:
+    tenants = {t["name"] for t in GATEWAY_TENANTS["obs-main"]}
+    seen = {v for line in lab.gateway_metrics.splitlines() for v in re.findall(r'tenant="([^"]*)"', line)}
+    assert seen == tenants | {gm.UNAUTHENTICATED}
+    assert not any(key in lab.gateway_metrics for key in TENANT_KEYS.values())
+
+
 def test_label_value_sets_are_bounded_and_documented() -> None:
     text = METRICS_DOC.read_text()
     for values in (metrics.OUTCOMES, metrics.RETRY_CLASSES, metrics.FATAL_CODES, ("pending", "processing", "dead"),
-                   ("expired", "orphaned"), metrics.DEAD_LETTER_CODES, metrics.REDIS_REFUSALS):
+                   ("expired", "orphaned"), metrics.DEAD_LETTER_CODES, metrics.REDIS_REFUSALS, gm.ENDPOINTS,
+                   gm.TENANT_OUTCOMES, gm.CALLBACK_OUTCOMES, ("bad_key", "rate_limited"), ("bad", "good"),
+                   (gm.UNAUTHENTICATED,)):
         for v in values:
             assert f"`{v}`" in text, f"label value {v} not in docs/metrics.md"
     # every fatal code of the API client is a pre-created, known label value

@@ -24,8 +24,8 @@ from captcha_worker.queue import (
 )
 from captcha_worker.task import Result, Status
 
-#: lease s, prefixes, max bytes, dead cap, worker, its limit (none)
-LEASE_ARGS: list[str | int] = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100, "w", -1]
+#: lease s, prefixes, max bytes, dead cap, worker, its limit (none), the tenants' waiting lists
+LEASE_ARGS: list[str | int] = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100, "w", -1, "{tq}:waiting:"]
 
 
 def body(task_id: str, reply_to: str | None = None) -> str:
@@ -43,7 +43,7 @@ def q(any_redis: Redis) -> RedisQueue:
 def test_all_keys_share_the_hash_tag() -> None:
     k = Keys("captcha")
     names = [k.pending, k.processing, k.leases, k.orphans, k.dead, k.budget, k.limits, k.workers, k.reports,
-             k.task("x"), k.result("x"), k.reply("p")]
+             k.task("x"), k.result("x"), k.reply("p"), k.callback("x"), k.tenants, k.waiting("team-a")]
     assert all(n.startswith("{captcha}:") for n in names)
     assert k.pending == "{captcha}:pending"  # the KEDA trigger's listName
 
@@ -182,7 +182,7 @@ async def test_a_lease_taken_in_time_clears_the_orphan_mark(q: RedisQueue, any_r
     await q.reap(orphan_grace_s=0.2)
     assert await any_redis.zscore(q.keys.orphans, "a") is not None
     leased = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans, q.keys.dead, q.keys.budget,
-                                  q.keys.limits, q.keys.pending], args=[item, *LEASE_ARGS])
+                                  q.keys.limits, q.keys.pending, q.keys.tenants], args=[item, *LEASE_ARGS])
     assert leased[4][0] == "a"
     await asyncio.sleep(0.3)
     assert await q.reap(orphan_grace_s=0.2) == (0, 0)
@@ -191,7 +191,7 @@ async def test_a_lease_taken_in_time_clears_the_orphan_mark(q: RedisQueue, any_r
 
 async def test_lease_after_blmove_refuses_an_item_the_reaper_took_back(q: RedisQueue) -> None:
     got = await q._lease(keys=[q.keys.processing, q.keys.leases, q.keys.orphans, q.keys.dead, q.keys.budget,
-                               q.keys.limits, q.keys.pending], args=["ghost", *LEASE_ARGS])
+                               q.keys.limits, q.keys.pending, q.keys.tenants], args=["ghost", *LEASE_ARGS])
     assert got[4] == []
 
 

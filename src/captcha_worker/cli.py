@@ -1,4 +1,4 @@
-"""`captcha-worker` commands: run, simulator, check, submit, wait, report, stats, dead-letters, plan, demo.
+"""`captcha-worker` commands: run, gateway, simulator, check, submit, wait, report, stats, dead-letters, plan, demo.
 
 Exit codes (docs/contracts.md): 0 success, 1 a task or check failed (or Redis refused), 2 bad configuration or
 arguments (one line on stderr), 130 interrupted (Ctrl-C).
@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from captcha_worker import __version__, demo, log, planner, simulator, watch
+from captcha_worker import __version__, demo, gateway, log, planner, simulator, watch
 from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy
 from captcha_worker.client import CaptchaQueue, InvalidTask, Solved
 from captcha_worker.config import (
@@ -31,6 +31,7 @@ from captcha_worker.config import (
     redact_url,
 )
 from captcha_worker.connection import connect, describe_refusal, refusal, tls_hint
+from captcha_worker.gateway.config import tenant_json
 from captcha_worker.metrics import ProbeServer
 from captcha_worker.output import Progress, outcome_json
 from captcha_worker.queue import DeadLetter, RedisQueue
@@ -105,6 +106,31 @@ async def _run_worker(cfg: WorkerConfig) -> int:
             return _die("captcha-worker run", f"cannot listen on {cfg.metrics_host}:{cfg.metrics_port}: "
                                               f"{exc.strerror}")
         await worker.run(stop, hard)
+    return EXIT_OK
+
+
+# -- gateway ------------------------------------------------------------------------------------------------
+def cmd_gateway(ns: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    if ns.host:
+        env["GATEWAY_HOST"] = ns.host
+    if ns.port is not None:
+        env["GATEWAY_PORT"] = str(ns.port)
+    try:
+        cfg = gateway.GatewayConfig.from_env(env)
+    except ConfigError as exc:
+        return _die("captcha-worker gateway", f"configuration error: {exc}")
+    if ns.check:
+        print(json.dumps({"queue": cfg.queue, "tenants": tenant_json(cfg.tenants)}))
+        return EXIT_OK
+    log.setup(cfg.log_level, secrets=cfg.secrets())
+    try:
+        asyncio.run(gateway.serve(cfg))
+    except OSError as exc:
+        return _die("captcha-worker gateway", f"cannot listen on {cfg.host}:{cfg.port} or {cfg.metrics_host}:"
+                                              f"{cfg.metrics_port}: {exc.strerror}")
+    except (ValueError, ConfigError) as exc:  # the TLS certificate
+        return _die("captcha-worker gateway", f"configuration error: {exc}")
     return EXIT_OK
 
 
@@ -413,6 +439,17 @@ def _add_service_commands(sub: Subparsers) -> None:
                        description="Run a worker. Configuration comes from the environment: CAPTCHAAI_KEY, "
                                    "CAPTCHAAI_THREADS, REDIS_URL, WORKER_CONCURRENCY, ... (docs/contracts.md).")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("gateway", help="run the CaptchaAI-compatible gateway (in.php / res.php for tenants)",
+                       description="Serve CaptchaAI's in.php and res.php in front of the queue, for the tenants of "
+                                   "GATEWAY_TENANTS (JSON or a file path). Other settings from the environment: "
+                                   "REDIS_URL and the Redis settings, QUEUE_NAME, GATEWAY_PORT, METRICS_PORT, ... "
+                                   "(docs/gateway.md).")
+    p.add_argument("--host", help="address to listen on (default $GATEWAY_HOST or 0.0.0.0)")
+    p.add_argument("--port", type=int, help="port to listen on (default $GATEWAY_PORT or 8080)")
+    p.add_argument("--check", action="store_true",
+                   help="only read the configuration: print the queue and the tenants' names and shares, exit")
+    p.set_defaults(func=cmd_gateway)
 
     p = sub.add_parser("simulator", help="run the CaptchaAI-compatible simulator",
                        description="A CaptchaAI v1 compatible server for demos, staging and load tests.")

@@ -467,6 +467,16 @@ class CaptchaQueue:
                 if not waiters:
                     del self._waiters[task_id]
 
+    async def peek(self, task_id: str) -> Outcome | None:
+        """What the queue holds for a task now, without waiting: its outcome (Solved, Failed, Expired),
+        ResultExpired, UnknownTask (``waited_s`` 0) when the queue has no record of the id, or None while it is
+        queued or being solved. Concurrent peeks and waits share one LOOKUP per round trip (the gateway answers
+        every ``res.php`` poll with one)."""
+        value = await self._guarded(self._stored(task_id), doing="reading a result")
+        if value is Lookup.UNKNOWN:
+            return UnknownTask(task_id, 0.0)
+        return _stored_outcome(task_id, value)
+
     async def _watch_foreign(self, every_s: float = 0.5) -> None:
         """Tasks submitted by another process (`captcha-worker wait`, a restarted producer) notify that
         process, not this one: look them up, all in one LOOKUP, twice a second while any waits."""

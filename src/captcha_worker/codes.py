@@ -10,7 +10,9 @@ Each row of :class:`Code` says
 * ``text``: the user-facing sentence a result carries (:func:`describe`), when there is one,
 * ``server_text``: the ``error_text`` a CaptchaAI-compatible server (the simulator, the gateway) sends with it,
 * ``label``: whether it is kept as a metric label value (the set is bounded; any other code is ``OTHER``),
-* ``simulated``: whether the simulator can produce it.
+* ``simulated``: whether the simulator can produce it,
+* ``wire``: for the codes this package writes on results, the CaptchaAI code a CaptchaAI-compatible server (the
+  gateway) answers in its place (:func:`wire_code`): a client library only knows CaptchaAI's codes.
 
 ``captchaai.classify``/``describe``, ``metrics.code_label``/``FATAL_CODES`` and the simulator read this table;
 a code CaptchaAI adds later and nobody listed here is a task failure, described as "CaptchaAI answered X" and
@@ -45,6 +47,7 @@ class Row:
     server_text: str | None = None
     label: bool = True
     simulated: bool = False
+    wire: str | None = None
 
 
 _F, _C, _R, _T = ErrorClass.FATAL, ErrorClass.CAPACITY, ErrorClass.TRANSIENT, ErrorClass.TASK
@@ -59,8 +62,12 @@ def _transport(cls: ErrorClass, *, simulated: bool = True) -> Row:
     return Row(cls, Origin.TRANSPORT, simulated=simulated)
 
 
-def _result(text: str | None = None) -> Row:
-    return Row(_T, Origin.RESULT, text, label=False)
+_UNSOLVABLE = "ERROR_CAPTCHA_UNSOLVABLE"
+_BAD_PARAMETERS = "ERROR_BAD_PARAMETERS"
+
+
+def _result(text: str | None = None, *, wire: str = _UNSOLVABLE) -> Row:
+    return Row(_T, Origin.RESULT, text, label=False, wire=wire)
 
 
 class Code(enum.StrEnum):
@@ -142,11 +149,11 @@ class Code(enum.StrEnum):
     TIMEOUT = "TIMEOUT", _transport(_R)  # the slow fault, when slower than the client's timeout
     CONNECTION_ERROR = "CONNECTION_ERROR", _transport(_R)  # the reset fault
     # -- results this package writes --------------------------------------------------------------------------
-    INVALID_TASK = "INVALID_TASK", _result()
-    INVALID_JSON = "INVALID_JSON", _result()
-    UNKNOWN_METHOD = "UNKNOWN_METHOD", _result()
-    UNSUPPORTED_METHOD = "UNSUPPORTED_METHOD", _result()
-    TASK_TOO_LARGE = "TASK_TOO_LARGE", _result()
+    INVALID_TASK = "INVALID_TASK", _result(wire=_BAD_PARAMETERS)
+    INVALID_JSON = "INVALID_JSON", _result(wire=_BAD_PARAMETERS)
+    UNKNOWN_METHOD = "UNKNOWN_METHOD", _result(wire=_BAD_PARAMETERS)
+    UNSUPPORTED_METHOD = "UNSUPPORTED_METHOD", _result(wire=_BAD_PARAMETERS)
+    TASK_TOO_LARGE = "TASK_TOO_LARGE", _result(wire="ERROR_TOO_BIG_CAPTCHA_FILESIZE")
     MAX_ATTEMPTS_EXCEEDED = "MAX_ATTEMPTS_EXCEEDED", _result()  # MAX_ATTEMPTS failures at the API
     MAX_WORKER_DEATHS_EXCEEDED = "MAX_WORKER_DEATHS_EXCEEDED", _result()  # the task outlived MAX_WORKER_DEATHS workers
     DEADLINE_PASSED = "DEADLINE_PASSED", _result()
@@ -186,6 +193,25 @@ def describe(code: str) -> str:
     row = _BY_VALUE.get(code)
     text = row.row.text if row is not None else None
     return text or f"CaptchaAI answered {code}"
+
+
+_WIRE_SHAPE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def wire_code(code: str) -> str:
+    """The code a CaptchaAI-compatible server answers for a task that ended with `code`: CaptchaAI's own task
+    codes as they are, a code of this package as its ``wire`` column says, anything else (a transport outcome,
+    a fatal or capacity code, text that is not a code) ``ERROR_CAPTCHA_UNSOLVABLE``. A code CaptchaAI added later
+    (unknown here, shaped like a code) is passed on: it came from CaptchaAI."""
+    row = _BY_VALUE.get(code)
+    if row is None:
+        shaped = code.startswith("ERROR_") and len(code) <= 64 and set(code) <= _WIRE_SHAPE
+        return code if shaped else _UNSOLVABLE
+    if row.row.wire is not None:
+        return row.row.wire
+    if row.row.origin is Origin.API and row.error_class is ErrorClass.TASK:
+        return row.value
+    return _UNSOLVABLE
 
 
 def server_text(code: str) -> str:

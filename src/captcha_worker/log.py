@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import sys
+import traceback
 from collections.abc import Iterable
 from typing import Any
 
@@ -73,3 +74,22 @@ def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields
     if logger.isEnabledFor(level):
         logger.log(level, name, extra={"fields": fields})
 
+
+
+class RequestErrorLogger(logging.LoggerAdapter[logging.Logger]):
+    """Logger for aiohttp's request handler (the simulator's, the gateway's). aiohttp logs a malformed request with
+    an exception whose message quotes the request line (``/in.php?key=...``): only the exception type and where it
+    was raised get out, as the event `name`."""
+
+    def __init__(self, logger: logging.Logger, name: str) -> None:
+        super().__init__(logger, {})
+        self.event_name = name
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:
+        exc = kwargs.get("exc_info")
+        error = exc if isinstance(exc, BaseException) else None
+        where = ""
+        if error is not None and error.__traceback__ is not None:
+            frame = traceback.extract_tb(error.__traceback__)[-1]
+            where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
+        event(self.logger, self.event_name, level, error=type(error).__name__ if error else None, at=where or None)

@@ -12,7 +12,16 @@ import platform
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from captcha_worker import __version__, codes, methods
 
@@ -161,10 +170,13 @@ def init(*, concurrency: int, budget_limit: int, monthly_price: float) -> None:
 
 
 class ProbeServer:
-    """`/metrics`, `/healthz` and `/readyz` on one port. Readiness comes from a callable."""
+    """`/metrics`, `/healthz` and `/readyz` on one port. Readiness comes from a callable; `/metrics` serves
+    `registry` (the worker's: the default one; the gateway has its own)."""
 
-    def __init__(self, host: str, port: int, ready: Callable[[], tuple[bool, str]]) -> None:
+    def __init__(self, host: str, port: int, ready: Callable[[], tuple[bool, str]], *,
+                 registry: CollectorRegistry = REGISTRY) -> None:
         self.host, self.port, self._ready = host, port, ready
+        self._registry = registry
         self._runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> ProbeServer:
@@ -188,7 +200,7 @@ class ProbeServer:
             await self._runner.cleanup()
 
     async def _metrics(self, _: web.Request) -> web.Response:
-        resp = web.Response(body=generate_latest())
+        resp = web.Response(body=generate_latest(self._registry))
         resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]
         return resp
 

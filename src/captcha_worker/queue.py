@@ -35,7 +35,12 @@ key                        type    meaning
                                    ``report_bad`` finds the ``captcha_id`` of a solved task); BURY keeps the
                                    body for ``dead-letters requeue``.
 ``{q}:result:<id>``        string  Result JSON. Written once (SET NX): the first writer wins. TTL.
-``{q}:reply:<producer>``   list    Result JSON pushed for the producer process waiting on it. TTL.
+``{q}:reply:<producer>``   list    Result JSON pushed for the producer process waiting on it. TTL. The
+                                   gateway's replicas share one, ``{q}:reply:gateway``: each result reaches
+                                   exactly one of them (metrics, callbacks).
+``{q}:callback:<id>``      string  A gateway task's ``pingback`` URL, written before its push (SET NX) and
+                                   taken (GETDEL) by the gateway replica that receives the result. TTL
+                                   ``TASK_TTL_SECONDS``.
 ``{q}:dead``               list    Dead letters, newest first: JSON ``{id, reason, code, attempts,
                                    worker_deaths, at, view}``; ``view`` is a redacted, bounded view of the
                                    payload (no secret in clear). Capped (LTRIM).
@@ -44,6 +49,11 @@ key                        type    meaning
                                    worker's death or drain while the API may still be solving).
 ``{q}:limits``             zset    ``<limit>:<worker>`` -> expiry: the limit each live worker enforces; the
                                    smallest one is the budget (``budget``).
+``{q}:tenants``            hash    The share table: tenant -> ``"<threads> <reserved>"`` (``shares``),
+                                   published whole by the gateway (SHARES). A tenant's in-flight solves are
+                                   its budget units (``t:gw:<tenant>:…``).
+``{q}:waiting:<tenant>``   list    A tenant's tasks that CLAIM sorted out of pending (``shares``), FIFO; the
+                                   claim serves the tenants from them by share. KEDA counts each.
 ``{q}:workers``            zset    worker id -> last heartbeat (server time).
 ``{q}:reports``            list    ``report_bad`` / ``report_good`` requests (JSON ``{id, captcha_id,
                                    verdict}``) a worker sends to CaptchaAI. Capped.
@@ -61,16 +71,17 @@ Transitions of one item (each arrow is one atomic step):
 
     push           producer        -> pending                     (task hash written with TTL; a known id is
                                                                    left alone: idempotent)
-    CLAIM          pending (then the compat list) -> processing + lease + budget unit
+    CLAIM          pending, a tenant's waiting list or the compat list -> processing + lease + budget unit
                                                                   (batch, non-blocking; owner recorded). An id
                                                                    item needs a unit: a free one, or the one its
                                                                    earlier owner left held; with none free the
                                                                    claim stops (the item stays first). A raw
                                                                    item needs none (no API call before ADOPT); one
                                                                    over MAX_TASK_BYTES goes straight to dead,
-                                                                   unread by any worker.
+                                                                   unread by any worker. Which list: SORT+PICK
     BLMOVE+LEASE   pending         -> processing, then lease + unit (blocking path; no unit free: the item goes
-                                                                   back to the front. The gap is covered by the
+                                                                   back to the front; a known tenant's task goes
+                                                                   to its waiting list. The gap is covered by the
                                                                    orphan rule below)
     ADOPT          raw JSON task in processing -> its id at the front of pending (task hash created), or
                                    dropped when its id is known already (a repeated push)
@@ -88,6 +99,11 @@ Transitions of one item (each arrow is one atomic step):
     REQUEUE_DEAD   dead -> pending (counts reset) while the task body is still stored
     REPORT         a solved task's captcha id -> reports
     LOOKUP         result, or the state of the id: queued / finished (result expired) / unknown
+    SORT+PICK      (in CLAIM and LEASE) known tenants' tasks at the head of pending -> their waiting lists;
+                                   the next item comes from the list of the tenant with the lowest share
+                                   used that may take a thread (``shares``)
+    SHARES         the gateway's share table -> tenants (a tenant dropped: its waiting tasks back to pending);
+                                   each tenant's units in flight and waiting tasks
 
 The budget (``budget.py``, ``RedisQueue.budget``): CLAIM and LEASE *acquire* a unit with the claim, the heartbeat
 *renews* a job's unit with its lease, ACK / BURY / RELEASE *release* it (or hold it while the API may still be
@@ -115,7 +131,7 @@ from redis import exceptions as rexc
 from redis.asyncio.cluster import ClusterPipeline
 from redis.client import NEVER_DECODE
 
-from captcha_worker import budget
+from captcha_worker import budget, shares
 from captcha_worker.budget import UNLIMITED, Budget, BudgetState
 from captcha_worker.codes import Code
 from captcha_worker.config import DEFAULT_DEAD_LETTER_MAX, DEFAULT_MAX_TASK_BYTES
@@ -220,52 +236,69 @@ end
 """
 
 # KEYS[1] pending  KEYS[2] processing  KEYS[3] leases  KEYS[4] orphans  KEYS[5] dead  KEYS[6] budget  KEYS[7] limits
-# KEYS[8] compat list (absent when off) | ARGV[1] max items  ARGV[2] lease s  ARGV[3] task key prefix  ARGV[4]
-# result key prefix  ARGV[5] max item bytes  ARGV[6] dead cap  ARGV[7] worker  ARGV[8] its limit.   Returns
-# {effective limit, units in use, 1 = stopped for want of a unit, pending left, {lease() fields, flattened}}.
-_CLAIM = _NOW + _LEASE_ITEM + """
-local pending, processing, compat = KEYS[1], KEYS[2], KEYS[8]
+# KEYS[8] tenants  KEYS[9] compat list (absent when off) | ARGV[1] max items  ARGV[2] lease s  ARGV[3] task key prefix
+# ARGV[4] result key prefix  ARGV[5] max item bytes  ARGV[6] dead cap  ARGV[7] worker  ARGV[8] its limit  ARGV[9]
+# waiting key prefix.   Returns {effective limit, units in use, stop reason (shares.STOP_*), tasks waiting (pending
+# and the tenants' waiting lists), {lease() fields, flattened}}. Each item comes from the list shares_pick chose.
+_CLAIM = _NOW + _LEASE_ITEM + shares.LUA + """
+local pending, processing, compat = KEYS[1], KEYS[2], KEYS[9]
 local c = claim_ctx({processing = processing, leases = KEYS[3], orphans = KEYS[4], dead = KEYS[5],
                      budget = KEYS[6], limits = KEYS[7]},
                     {lease_s = ARGV[2], task_prefix = ARGV[3], result_prefix = ARGV[4], max_bytes = ARGV[5],
                      dead_cap = ARGV[6], worker = ARGV[7], limit = ARGV[8]})
-local out, full = {}, 0
+local s = shares_open({tenants = KEYS[8], waiting = ARGV[9]}, c.b)
+local out, stop = {}, STOP_NONE
 for _ = 1, tonumber(ARGV[1]) do
-  local source = pending
-  local item = redis.call('LMOVE', pending, processing, 'LEFT', 'RIGHT')
-  if not item and compat then
-    source = compat
-    item = redis.call('LMOVE', compat, processing, 'LEFT', 'RIGHT')
-  end
-  if not item then break end
+  shares_sort(s, c.b, pending)
+  local head = pending
+  if compat and redis.call('LLEN', pending) == 0 then head = compat end
+  local pick = shares_pick(s, c.b, head)
+  local source, tenant = pick[1], pick[2]
+  if not source then stop = tenant; break end
+  local item = redis.call('LMOVE', source, processing, 'LEFT', 'RIGHT')
+  local before = c.b.in_use
   local fields = lease(c, item)
   if not fields then
     redis.call('LMOVE', processing, source, 'RIGHT', 'LEFT')
-    full = 1
+    stop = STOP_FULL
     break
   end
+  shares_took(s, tenant, c.b.in_use > before)
   for _, v in ipairs(fields) do out[#out + 1] = v end
 end
-return {c.b.limit, c.b.in_use, full, redis.call('LLEN', pending), out}
+return {c.b.limit, c.b.in_use, stop, redis.call('LLEN', pending) + shares_waiting_total(s), out}
 """
 
 # After a blocking BLMOVE. KEYS[1] processing  KEYS[2] leases  KEYS[3] orphans  KEYS[4] dead  KEYS[5] budget
-# KEYS[6] limits  KEYS[7] pending | ARGV[1] item  then as CLAIM's ARGV[2..8].   Returns CLAIM's reply with no
-# item when a reaper already took the item back, or when no unit is free (the item goes back to the front).
-_LEASE = _NOW + _LEASE_ITEM + """
+# KEYS[6] limits  KEYS[7] pending  KEYS[8] tenants | ARGV[1] item  then as CLAIM's ARGV[2..9].   Returns CLAIM's
+# reply with no item when a reaper already took the item back, when a known tenant's task came (it goes to its
+# waiting list: the caller claims next, and the claim picks by share), or when no unit is free or the tenants'
+# reservations leave none (the item goes back to the front).
+_LEASE = _NOW + _LEASE_ITEM + shares.LUA + """
 local processing, pending, item = KEYS[1], KEYS[7], ARGV[1]
 local c = claim_ctx({processing = processing, leases = KEYS[2], orphans = KEYS[3], dead = KEYS[4],
                      budget = KEYS[5], limits = KEYS[6]},
                     {lease_s = ARGV[2], task_prefix = ARGV[3], result_prefix = ARGV[4], max_bytes = ARGV[5],
                      dead_cap = ARGV[6], worker = ARGV[7], limit = ARGV[8]})
-if not redis.call('LPOS', processing, item) then return {c.b.limit, c.b.in_use, 0, redis.call('LLEN', pending), {}} end
-local fields = lease(c, item)
+local s = shares_open({tenants = KEYS[8], waiting = ARGV[9]}, c.b)
+local function reply(stop, fields)
+  return {c.b.limit, c.b.in_use, stop, redis.call('LLEN', pending) + shares_waiting_total(s), fields}
+end
+if not redis.call('LPOS', processing, item) then return reply(STOP_NONE, {}) end
+local tenant = shares_tenant(s, item)
+if tenant and not shares_free(c.b, item) then
+  redis.call('LREM', processing, -1, item)
+  redis.call('RPUSH', s.waiting .. tenant, item)
+  s.waiting_n[tenant] = s.waiting_n[tenant] + 1
+  return reply(STOP_NONE, {})
+end
+local fields = (shares_free(c.b, item) or shares_may_take(s, c.b, NO_TENANT)) and lease(c, item)
 if not fields then
   redis.call('LREM', processing, -1, item)
   redis.call('LPUSH', pending, item)
-  return {c.b.limit, c.b.in_use, 1, redis.call('LLEN', pending), {}}
+  return reply(c.b.in_use >= c.b.limit and c.b.limit ~= UNLIMITED and STOP_FULL or STOP_CAPPED, {})
 end
-return {c.b.limit, c.b.in_use, 0, redis.call('LLEN', pending), fields}
+return reply(STOP_NONE, fields)
 """
 
 # KEYS[1] leases | ARGV[1] lease s  ARGV[2..] items.   Renews leases still present and returns the items whose
@@ -489,18 +522,23 @@ return out
 """
 
 # Shared by STATS and HEARTBEAT. KEYS[1] pending  KEYS[2] processing  KEYS[3] dead  KEYS[4] budget  KEYS[5] workers
-# KEYS[6] limits | ARGV[1] worker alive window s, then the caller's own limit in `own`.   Everything `stats` shows,
-# in one reply: the list lengths, units in use, workers alive, the effective limit.
+# KEYS[6] limits  KEYS[7] tenants | ARGV[1] worker alive window s, the last ARGV the waiting key prefix, and the
+# caller's own limit in `own`.   Everything `stats` shows, in one reply: the list lengths (pending counts the
+# tenants' waiting lists too: tasks no worker holds), units in use, workers alive, the effective limit.
 _COUNTS = budget.LUA + """
 local b = budget_open({units = KEYS[4], limits = KEYS[6], own = own})
-return {redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[2]), redis.call('LLEN', KEYS[3]), b.in_use,
+local waiting = 0
+for _, tenant in ipairs(redis.call('HKEYS', KEYS[7])) do
+  waiting = waiting + redis.call('LLEN', ARGV[#ARGV] .. tenant)
+end
+return {redis.call('LLEN', KEYS[1]) + waiting, redis.call('LLEN', KEYS[2]), redis.call('LLEN', KEYS[3]), b.in_use,
         redis.call('ZCOUNT', KEYS[5], now - tonumber(ARGV[1]), '+inf'), b.limit}
 """
 _STATS = _NOW + f"\nlocal own = {UNLIMITED}\n" + _COUNTS
 
 # KEYS as _COUNTS | ARGV[1] alive window s  ARGV[2] worker id  ARGV[3] its limits member  ARGV[4] its previous
-# member ('' none)  ARGV[5] how long its limit holds without a heartbeat (s)  ARGV[6] its limit.   Records the
-# worker as alive and the limit it enforces; returns the counts.
+# member ('' none)  ARGV[5] how long its limit holds without a heartbeat (s)  ARGV[6] its limit  ARGV[7] waiting key
+# prefix.   Records the worker as alive and the limit it enforces; returns the counts.
 _HEARTBEAT = _NOW + """
 local own = tonumber(ARGV[6])
 redis.call('ZADD', KEYS[5], now, ARGV[2])
@@ -595,6 +633,20 @@ class Keys:
     def reply(self, producer: str) -> str:
         return self._k("reply:") + producer
 
+    def callback(self, task_id: str) -> str:
+        return self._k("callback:") + task_id
+
+    @property
+    def tenants(self) -> str:
+        return self._k("tenants")
+
+    @property
+    def waiting_prefix(self) -> str:
+        return self._k("waiting:")
+
+    def waiting(self, tenant: str) -> str:
+        return self.waiting_prefix + tenant
+
     def own(self, name: str) -> bool:
         """Whether a key name is one of this queue's own keys (under its hash tag)."""
         return name.startswith(self._k(""))
@@ -665,7 +717,26 @@ class ClaimReply:
     items: list[Claimed]
     budget: BudgetState
     budget_full: bool  # the claim stopped because no unit was free (items are waiting for a plan thread)
-    pending: int  # items left in pending
+    pending: int  # items left waiting (pending and the tenants' waiting lists)
+    capped: bool = False  # the claim stopped because every waiting task's tenant is at its share (``shares``)
+
+
+@dataclass(frozen=True)
+class TenantShare:
+    """A row of the share table: a tenant's cap and reservation (``shares``)."""
+
+    name: str
+    threads: int
+    reserved: int = 0
+
+    def value(self) -> str:
+        return shares.share_value(self.threads, self.reserved)
+
+
+@dataclass(frozen=True)
+class TenantLoad:
+    in_flight: int  # its budget units: solves that may be running at CaptchaAI
+    waiting: int  # its tasks in its waiting list (not the ones still in pending)
 
 
 @dataclass(slots=True)  # built per task: no frozen __setattr__ cost
@@ -818,7 +889,7 @@ class RedisQueue:
         self._bury, self._release, self._reap = reg(_BURY), reg(_RELEASE), reg(_REAP)
         self._heartbeat, self._report = reg(_HEARTBEAT), reg(_REPORT)
         self._requeue_dead, self._stats, self._lookup = reg(_REQUEUE_DEAD), reg(_STATS), reg(_LOOKUP)
-        self._seed_result = reg(_SEED_RESULT)
+        self._seed_result, self._shares = reg(_SEED_RESULT), reg(shares.SHARES)
 
     # producer ---------------------------------------------------------------------------------------------
     async def push(self, tasks: Sequence[tuple[str, str]], *, ttl: int, front: bool = False,
@@ -857,7 +928,8 @@ class RedisQueue:
 
     # claim ------------------------------------------------------------------------------------------------
     def _claim_args(self, lease_s: float, max_bytes: int, dead_max: int, worker: str, limit: int) -> list[Any]:
-        return [lease_s, self.keys.task_prefix, self.keys.result_prefix, max_bytes, dead_max, worker, limit]
+        k = self.keys
+        return [lease_s, k.task_prefix, k.result_prefix, max_bytes, dead_max, worker, limit, k.waiting_prefix]
 
     async def claim(self, n: int, *, lease_s: float, max_bytes: int = DEFAULT_MAX_TASK_BYTES,
                     dead_max: int = DEFAULT_DEAD_LETTER_MAX, compat_list: str | None = None, worker: str = "",
@@ -873,7 +945,7 @@ class RedisQueue:
                           limit: int = UNLIMITED) -> ClaimReply:
         """`claim`, with the budget as the script saw it (`limit`: the caller's own, see ``budget``)."""
         k = self.keys
-        keys = [k.pending, k.processing, k.leases, k.orphans, k.dead, k.budget, k.limits,
+        keys = [k.pending, k.processing, k.leases, k.orphans, k.dead, k.budget, k.limits, k.tenants,
                 *([compat_list] if compat_list else [])]
         reply = await self._eval_raw(self._claim, keys,
                                      [n, *self._claim_args(lease_s, max_bytes, dead_max, worker, limit)])
@@ -888,7 +960,7 @@ class RedisQueue:
         if item is None:
             return None
         reply = await self._eval_raw(self._lease, [k.processing, k.leases, k.orphans, k.dead, k.budget, k.limits,
-                                                   k.pending],
+                                                   k.pending, k.tenants],
                                      [item, *self._claim_args(lease_s, max_bytes, dead_max, worker, limit)])
         return _claim_reply(reply)
 
@@ -909,7 +981,7 @@ class RedisQueue:
 
     def _count_keys(self) -> list[str]:
         k = self.keys
-        return [k.pending, k.processing, k.dead, k.budget, k.workers, k.limits]
+        return [k.pending, k.processing, k.dead, k.budget, k.workers, k.limits, k.tenants]
 
     async def heartbeat(self, worker_id: str, *, limit: int, previous_limit: int | None = None,
                         limit_alive_s: float = 30.0, alive_s: float = 60) -> QueueStats:
@@ -917,8 +989,10 @@ class RedisQueue:
         returns the queue's stats (one round trip for all)."""
         member = budget.limit_member(worker_id, limit)
         previous = "" if previous_limit is None else budget.limit_member(worker_id, previous_limit)
+        k = self.keys
         counts = await self._heartbeat(keys=self._count_keys(),
-                                       args=[alive_s, worker_id, member, previous, limit_alive_s, limit])
+                                       args=[alive_s, worker_id, member, previous, limit_alive_s, limit,
+                                             k.waiting_prefix])
         return _stats(counts)
 
     async def forget_worker(self, worker_id: str, *, limit: int | None = None) -> None:
@@ -970,8 +1044,12 @@ class RedisQueue:
         EXISTS round trip before every pipeline. On NOSCRIPT (Redis restarted or flushed its scripts, or a
         promoted replica that never had them) the scripts are loaded where the calls go and the batch sent again:
         then no call of the batch has run, as the first one failed. `durable` (with wait_replicas): WAIT after the
-        calls, on their connection; NotReplicated when short."""
+        calls, on their connection; NotReplicated when short. A single call that need not wait goes without a
+        pipeline (a gateway's in.php pushes one task per request)."""
         wait = self.wait_replicas if durable else 0
+        if len(calls) == 1 and not wait:
+            script, keys, args = calls[0]
+            return [await script(keys=keys, args=args)]  # SlotScript: loaded where it runs on NOSCRIPT
         pin = await on_queue_slot(self.redis, self.keys.pending) if wait else {}
         for attempt in (1, 2):
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -1060,8 +1138,17 @@ class RedisQueue:
         await self._seed_result(keys=[SEED_RESULTS_HASH], args=[task_id, entry, ttl])
 
     # inspection and operations ----------------------------------------------------------------------------
+    async def publish_shares(self, table: Sequence[TenantShare]) -> dict[str, TenantLoad]:
+        """SHARES: make `table` the share table the claim enforces (``shares``); returns each tenant's units in
+        flight and its waiting tasks."""
+        k = self.keys
+        flat = await self._shares(keys=[k.tenants, k.pending, k.budget],
+                                  args=[k.waiting_prefix, *(v for t in table for v in (t.name, t.value()))])
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in flat[0::3]]
+        return {name: TenantLoad(int(n), int(w)) for name, n, w in zip(names, flat[1::3], flat[2::3], strict=True)}
+
     async def stats(self, *, worker_alive_s: float = 60) -> QueueStats:
-        return _stats(await self._stats(keys=self._count_keys(), args=[worker_alive_s]))
+        return _stats(await self._stats(keys=self._count_keys(), args=[worker_alive_s, self.keys.waiting_prefix]))
 
     async def dead_letters(self, start: int = 0, count: int = 100) -> list[DeadLetter]:
         raws = await self._raw("LRANGE", self.keys.dead, start, start + count - 1)
@@ -1113,7 +1200,9 @@ def _claimed(f: Sequence[Any]) -> Claimed:
 def _claim_reply(reply: Sequence[Any]) -> ClaimReply:
     limit, in_use, full, pending, flat = reply
     items = [_claimed(flat[i:i + _FIELDS]) for i in range(0, len(flat), _FIELDS)]
-    return ClaimReply(items, BudgetState.of(int(limit), int(in_use)), bool(full), int(pending))
+    stop = int(full)
+    return ClaimReply(items, BudgetState.of(int(limit), int(in_use)), stop == shares.STOP_FULL, int(pending),
+                      capped=stop == shares.STOP_CAPPED)
 
 
 def _stats(counts: Sequence[Any]) -> QueueStats:

@@ -3,9 +3,11 @@
 A task body is a JSON object::
 
     {"id": "3f2a…", "method": "turnstile", "params": {"sitekey": "…", "pageurl": "…"},
-     "submitted_at": 1764400000.1, "deadline": 1764400120.0, "reply_to": "p-1b2c…"}
+     "submitted_at": 1764400000.1, "deadline": 1764400120.0, "reply_to": "p-1b2c…", "tenant": "team-a"}
 
-Only ``id``, ``method`` and ``params`` are required, so a task pushed by the seed guide's producer (a plain
+``tenant`` names the share of the plan the task counts against (the gateway tags every task with its tenant,
+docs/gateway.md); it is a DNS-label-like name (:data:`TENANT_RE`). Only ``id``, ``method`` and ``params`` are
+required, so a task pushed by the seed guide's producer (a plain
 ``RPUSH`` of ``{"id", "method", "params"}``) is accepted as is.  Validation never raises for bad input: it
 returns :class:`Invalid` with a reason that ends up in the dead-letter entry and in the producer's result.
 """
@@ -28,6 +30,8 @@ from captcha_worker.codes import Code
 MAX_ID_LENGTH = 128
 _ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 _REPLY_RE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+#: a tenant name: 1-32 lowercase letters, digits and inner hyphens (a DNS label; also a metric label value)
+TENANT_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$")
 _JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps(separators=...) builds one per call
 #: params the worker sets itself; a task may not carry them
 RESERVED_PARAMS = frozenset({"key", "json", "method", "soft_id", "header_acao", "pingback"})
@@ -54,6 +58,7 @@ class Task:
     submitted_at: float
     deadline: float | None = None
     reply_to: str | None = None
+    tenant: str | None = None
 
     def body(self) -> str:
         data: dict[str, Any] = {
@@ -66,6 +71,8 @@ class Task:
             data["deadline"] = self.deadline
         if self.reply_to is not None:
             data["reply_to"] = self.reply_to
+        if self.tenant is not None:
+            data["tenant"] = self.tenant
         return _JSON.encode(data)
 
     def expired(self, now: float) -> bool:
@@ -88,6 +95,10 @@ def valid_task_id(task_id: str) -> bool:
 
 def valid_reply_to(reply_to: str) -> bool:
     return bool(_REPLY_RE.fullmatch(reply_to))
+
+
+def valid_tenant(name: str) -> bool:
+    return bool(TENANT_RE.fullmatch(name))
 
 
 def _flat_params(raw: object) -> dict[str, str] | str:
@@ -170,6 +181,9 @@ def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | In
     if reply_to is not None and (not isinstance(reply_to, str) or not valid_reply_to(reply_to)):
         return Invalid("reply_to must be a producer id (letters, digits, _ and -)", task_id=task_id)
     invalid = _Invalidator(task_id, reply_to)
+    tenant = data.get("tenant")
+    if tenant is not None and (not isinstance(tenant, str) or not valid_tenant(tenant)):
+        return invalid("tenant must be 1-32 lowercase letters, digits and inner hyphens")
     method = data.get("method")
     if not isinstance(method, str) or not method:
         return invalid("method must be a non-empty string")
@@ -199,6 +213,7 @@ def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | In
         submitted_at=submitted_at if submitted_at is not None else (time.time() if now is None else now),
         deadline=deadline,
         reply_to=reply_to,
+        tenant=tenant,
     )
 
 

@@ -307,7 +307,7 @@ class Worker:
                 self._start(c)
             if reply.items or self._stop.is_set():
                 full_wait = 0.02
-            elif reply.budget_full:  # a unit frees when any solve ends: this worker's own wake it at once
+            elif reply.budget_full or reply.capped:  # a unit frees when any solve ends: this worker's own wake it
                 await self._wait_wake(full_wait)
                 full_wait = min(full_wait * 2, 0.2)
             else:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import trustme
 
 from captcha_worker.methods import Answer, AnswerShape, by_name
 from captcha_worker.simulator import SimConfig, SimulatorServer, tls_context
+from captcha_worker.simulator.app import TaskView
 from captcha_worker.simulator.protocol import plain_answer
 from tests.sim_helpers import KEY, PingbackReceiver, make_png
 
@@ -142,9 +144,10 @@ class Row:
 
 @dataclass
 class Run:
-    server: SimulatorServer
     receiver: PingbackReceiver
     lines: list[dict[str, Any]]
+    view: Callable[[str], TaskView | None]  # a task id as the client saw it -> what the simulator served for it
+    signed: Callable[[Mapping[str, str], Mapping[str, str]], bool] = lambda query, headers: True  # a pingback's
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -165,7 +168,7 @@ def _judge_solve(client: Client, line: Mapping[str, Any], run: Run) -> str | Non
     """None when the answer is the one the simulator served for that task; else what is wrong."""
     if line.get("task_id") is None:  # solve.php: no task id, the reply is the answer
         return None if re.fullmatch(r"[a-z0-9]{1,20}", str(line.get("answer"))) else "not an image's text"
-    view = run.server.simulator.task_view(int(line["task_id"]))
+    view = run.view(str(line["task_id"]))
     if view is None or view.answer is None:
         return f"the simulator has no answer for task {line['task_id']}"
     if view.kind.name != line["kind"]:
@@ -180,11 +183,11 @@ def _judge_solve(client: Client, line: Mapping[str, Any], run: Run) -> str | Non
 
 def _judge_pingback(client: Client, line: Mapping[str, Any], run: Run) -> str | None:
     """The pingback calls: the receiver got the task's id and answer."""
-    for hit in run.receiver.hits:
-        view = run.server.simulator.task_view(int(hit.get("id", "0")))
+    for hit, headers in zip(run.receiver.hits, run.receiver.headers, strict=True):
+        view = run.view(hit.get("id", "0"))
         if view is not None and view.answer is not None and hit.get("code") == view.answer.request:
             if line.get("task_id") in (None, hit["id"]):
-                return None
+                return None if run.signed(hit, headers) else "the pingback's signature is wrong"
     return "no pingback with the task's id and answer"
 
 
@@ -261,7 +264,7 @@ async def _run_client(client: Client, tmp: Path, ca: trustme.CA, receiver: Pingb
                                         "image": str(tmp / "captcha.png"), "proxy": PROXY,
                                         "pingback": receiver.url}))
         lines = await _driver(client, cfg_path, tmp / "ca.pem")
-        run = Run(server, receiver, lines)
+        run = Run(receiver, lines, lambda tid: _sim_view(server, tid))
         for _ in range(100):  # pingbacks are sent on the simulator's tick
             if server.stats().pingbacks_sent >= sum(1 for ln in lines if "back" in ln["call"]):
                 break
@@ -269,16 +272,28 @@ async def _run_client(client: Client, tmp: Path, ca: trustme.CA, receiver: Pingb
         return [judge(client, line, run) for line in lines]
 
 
-async def run_all() -> list[Row]:
+def _sim_view(server: SimulatorServer, task_id: str) -> TaskView | None:
+    return server.simulator.task_view(int(task_id)) if task_id.isdigit() else None
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[tuple[Path, trustme.CA]]:
+    """A directory with the clients' image (captcha.png) and a CA (ca.pem) the drivers trust; fails first when
+    the client libraries are not installed."""
     missing = missing_tools()
     if missing:
         raise RuntimeError(f"client libraries not installed ({', '.join(missing)}): run "
                            "scripts/install-tools.sh --only clients")
-    with tempfile.TemporaryDirectory(prefix="compat-") as name:
+    with tempfile.TemporaryDirectory(prefix=prefix) as name:
         tmp = Path(name)
         (tmp / "captcha.png").write_bytes(make_png())
         ca = trustme.CA()
         ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+        yield tmp, ca
+
+
+async def run_all() -> list[Row]:
+    with scratch("compat-") as (tmp, ca):
         async with PingbackReceiver() as receiver:
             per_client = await asyncio.gather(*(_run_client(c, tmp, ca, receiver) for c in CLIENTS))
     return [row for rows in per_client for row in rows]

@@ -38,8 +38,9 @@ any later upgrade. "" on a first install and in `helm template` (no cluster): th
 
 {{/*
 The lists KEDA watches, as JSON: name (the formula's variable), list (the Redis key), activation. pending and the
-seed guide's list (compat.queueList) wake pods from zero past activationListLength; processing keeps them while
-anything is in flight.
+seed guide's list (compat.queueList) and, with the gateway, each tenant's waiting list ({q}:waiting:<tenant>, where
+the workers' claim sorts a tenant's tasks: docs/gateway.md#shares) wake pods from zero past activationListLength;
+processing keeps them while anything is in flight.
 */}}
 {{- define "captcha-solver.keda.lists" -}}
 {{- $so := .Values.keda.scaledObject -}}
@@ -47,6 +48,11 @@ anything is in flight.
 {{- $lists := list (dict "name" "pending" "list" (printf "{%s}:pending" $q) "activation" (int $so.activationListLength)) -}}
 {{- if $so.processingTrigger }}{{- $lists = append $lists (dict "name" "processing" "list" (printf "{%s}:processing" $q) "activation" 0) }}{{- end -}}
 {{- with .Values.compat.queueList }}{{- $lists = append $lists (dict "name" "compat" "list" . "activation" (int $so.activationListLength)) }}{{- end -}}
+{{- if .Values.gateway.enabled -}}
+{{- range .Values.gateway.tenants -}}
+{{- $lists = append $lists (dict "name" (printf "waiting_%s" (.name | replace "-" "_")) "list" (printf "{%s}:waiting:%s" $q .name) "activation" (int $so.activationListLength)) -}}
+{{- end -}}
+{{- end -}}
 {{- toJson $lists -}}
 {{- end -}}
 

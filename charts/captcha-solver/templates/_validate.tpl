@@ -8,6 +8,7 @@
 {{- $msgs = concat $msgs (include "captcha-solver.validate.credentials" . | fromJsonArray) -}}
 {{- $msgs = concat $msgs (include "captcha-solver.validate.redis" . | fromJsonArray) -}}
 {{- $msgs = concat $msgs (include "captcha-solver.validate.disruption" . | fromJsonArray) -}}
+{{- $msgs = concat $msgs (include "captcha-solver.validate.gateway" . | fromJsonArray) -}}
 {{- if $msgs -}}
 {{- fail (printf "\n\nVALUES VALIDATION:\n  - %s\n" (join "\n  - " $msgs)) -}}
 {{- end -}}
@@ -200,6 +201,36 @@
 {{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (gt $min 1) -}}
 {{- if ge (int .Values.podDisruptionBudget.minAvailable) $min -}}
 {{- $msgs = append $msgs (printf "podDisruptionBudget.minAvailable (%d) must be lower than the minimum replicas (%d), or no node could ever be drained." (int .Values.podDisruptionBudget.minAvailable) $min) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $msgs -}}
+{{- end -}}
+
+{{/* The gateway's values checks, as a JSON list of messages (captcha-solver.validateValues fails once with all). */}}
+{{- define "captcha-solver.validate.gateway" -}}
+{{- $g := .Values.gateway -}}
+{{- $msgs := list -}}
+{{- if $g.enabled -}}
+{{- if not $g.tenants -}}
+{{- $msgs = append $msgs "gateway.tenants: at least one tenant is needed (name and threads)" -}}
+{{- end -}}
+{{- $names := list -}}
+{{- $reserved := 0 -}}
+{{- range $g.tenants -}}
+{{- if has .name $names -}}
+{{- $msgs = append $msgs (printf "gateway.tenants: %s is listed twice" .name) -}}
+{{- end -}}
+{{- $names = append $names .name -}}
+{{- if gt (int (.reserved | default 0)) (int .threads) -}}
+{{- $msgs = append $msgs (printf "gateway.tenants: %s reserves %d threads, more than its %d" .name (int .reserved) (int .threads)) -}}
+{{- end -}}
+{{- $reserved = add $reserved (int (.reserved | default 0)) -}}
+{{- end -}}
+{{- if gt (int $reserved) (int $.Values.captchaai.threads) -}}
+{{- $msgs = append $msgs (printf "gateway.tenants: reserved threads add up to %d, more than captchaai.threads (%d)" (int $reserved) (int $.Values.captchaai.threads)) -}}
+{{- end -}}
+{{- if and $g.autoscaling.enabled (lt (int $g.autoscaling.maxReplicas) (int $g.autoscaling.minReplicas)) -}}
+{{- $msgs = append $msgs "gateway.autoscaling: maxReplicas is below minReplicas" -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $msgs -}}

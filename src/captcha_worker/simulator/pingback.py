@@ -7,7 +7,6 @@ Only the task id, the receiver's host and the outcome are logged, never the URL'
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Final
@@ -16,48 +15,27 @@ import aiohttp
 from yarl import URL
 
 from captcha_worker import log
+from captcha_worker.calls import BackgroundCalls
 from captcha_worker.methods import Answer
 
 _log = logging.getLogger("captcha_worker.simulator")
 
 
-class Pingbacks:
+class Pingbacks(BackgroundCalls):
     TIMEOUT_S: Final = 5.0
     CONCURRENCY: Final = 32
 
     def __init__(self, report: Callable[[bool], None]) -> None:
+        super().__init__(timeout_s=self.TIMEOUT_S, concurrency=self.CONCURRENCY, user_agent="captcha-worker-simulator")
         self._report = report  # called with True (2xx) or False for each delivery
-        self._session: aiohttp.ClientSession | None = None
-        self._slots = asyncio.Semaphore(self.CONCURRENCY)
-        self._running: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.TIMEOUT_S),
-                                              headers={"User-Agent": "captcha-worker-simulator"})
-
-    async def stop(self) -> None:
-        for task in list(self._running):
-            task.cancel()
-        await asyncio.gather(*self._running, return_exceptions=True)
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
-
-    def send(self, task_id: int, url: str, solution: Answer | None) -> None:
-        """Delivers the outcome of a task in the background (``solution`` None: it was unsolvable)."""
-        query = {"id": str(task_id), "code": solution.request if solution else "ERROR_CAPTCHA_UNSOLVABLE"}
-        if solution is not None and solution.user_agent is not None:
-            query["user_agent"] = solution.user_agent
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if self._session is None or loop is None:
+    def send(self, task_id: int, url: str, answer: Answer | None) -> None:
+        """Delivers the outcome of a task in the background (``answer`` None: it was unsolvable)."""
+        query = {"id": str(task_id), "code": answer.request if answer else "ERROR_CAPTCHA_UNSOLVABLE"}
+        if answer is not None and answer.user_agent is not None:
+            query["user_agent"] = answer.user_agent
+        if not self.spawn(self._deliver(task_id, URL(url).update_query(query))):
             self._report(False)  # not serving (a Simulator used without its app)
-            return
-        task = loop.create_task(self._deliver(task_id, URL(url).update_query(query)))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
 
     async def _deliver(self, task_id: int, url: URL) -> None:
         assert self._session is not None

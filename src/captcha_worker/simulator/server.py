@@ -8,7 +8,6 @@ import logging
 import signal
 import ssl
 import time
-import traceback
 from contextlib import suppress
 from types import TracebackType
 
@@ -21,21 +20,6 @@ from captcha_worker.simulator.stats import SimStats
 
 _log = logging.getLogger("captcha_worker.simulator")
 _http_log = logging.getLogger("captcha_worker.simulator.http")
-
-
-class _RedactingLogger(logging.LoggerAdapter[logging.Logger]):
-    """Logger for aiohttp's request handler. aiohttp logs a malformed request with an exception whose message
-    quotes the request line (``/in.php?key=...``): only the exception type and where it was raised get out."""
-
-    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:
-        exc = kwargs.get("exc_info")
-        error = exc if isinstance(exc, BaseException) else None
-        where = ""
-        if error is not None and error.__traceback__ is not None:
-            frame = traceback.extract_tb(error.__traceback__)[-1]
-            where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
-        log.event(self.logger, "simulator.http_error", level,
-                  error=type(error).__name__ if error else None, at=where or None)
 
 
 def tls_context(cert_file: str, key_file: str | None = None) -> ssl.SSLContext:
@@ -69,7 +53,8 @@ class SimulatorServer:
 
     async def start(self) -> None:
         runner = web.AppRunner(self.simulator.make_app(), access_log=None, handle_signals=False,
-                               shutdown_timeout=1.0, logger=_RedactingLogger(_http_log, {}))
+                               shutdown_timeout=1.0,
+                               logger=log.RequestErrorLogger(_http_log, "simulator.http_error"))
         await runner.setup()
         try:
             await web.TCPSite(runner, self._host, self._port, ssl_context=self._tls).start()

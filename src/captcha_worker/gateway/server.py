@@ -1,0 +1,119 @@
+"""Running a gateway: the API listener (plain HTTP, or TLS with ``GATEWAY_TLS_CERT_FILE``), the probe and metrics
+listener (``METRICS_PORT``: ``/metrics``, ``/healthz``, ``/readyz``; kept off the API port so tenant names on
+``/metrics`` never reach clients), the result reader, the in-flight scan and the callback sender.
+
+Stateless: any number of replicas share one queue (results are read by whichever replica gets them; every poll
+is answered from Redis). SIGTERM stops accepting connections and lets requests finish (5 s), then stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+from aiohttp import web
+
+from captcha_worker import log
+from captcha_worker.captchaai import CaptchaAI, RetryPolicy
+from captcha_worker.client import CaptchaQueue
+from captcha_worker.connection import connect
+from captcha_worker.gateway import metrics as gm
+from captcha_worker.gateway.app import REPLY_TO, Gateway
+from captcha_worker.gateway.callbacks import Callbacks
+from captcha_worker.gateway.config import GatewayConfig
+from captcha_worker.gateway.results import ResultReader, share_loop
+from captcha_worker.gateway.tenants import Tenants
+from captcha_worker.metrics import ProbeServer
+from captcha_worker.simulator.server import tls_context
+
+_log = logging.getLogger("captcha_worker.gateway")
+_http_log = logging.getLogger("captcha_worker.gateway.http")
+
+
+class GatewayServer:
+    """``async with GatewayServer(cfg) as srv: srv.url``: the gateway on real sockets, with its loops."""
+
+    def __init__(self, cfg: GatewayConfig) -> None:
+        self.cfg = cfg
+        self.url = ""
+        self.metrics_port = 0
+        self.gateway: Gateway | None = None
+        self._closing = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stack = self._run()
+
+    async def __aenter__(self) -> GatewayServer:
+        await self._stack.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.__aexit__(None, None, None)
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[None]:
+        cfg = self.cfg
+        redis = connect(cfg.redis, client_name="captcha-gateway")
+        producer = CaptchaQueue(redis, queue=cfg.queue, producer_id=REPLY_TO, task_ttl=cfg.task_ttl_seconds,
+                                max_task_bytes=cfg.max_task_bytes, display_url=cfg.redis.display_url())
+        callbacks = Callbacks(timeout_s=cfg.callback_timeout_seconds, attempts=cfg.callback_attempts)
+        upstream = CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=10, retry=RetryPolicy(transient_attempts=2)) \
+            if cfg.api_key else None
+        gateway = self.gateway = Gateway(cfg, producer, Tenants(cfg.tenants), upstream=upstream)
+        gm.init((t.name, t.threads, t.reserved) for t in cfg.tenants)
+        gm.READY.set(1)
+        await callbacks.start()
+        if upstream is not None:
+            await upstream.__aenter__()
+        api = web.AppRunner(gateway.make_app(), access_log=None, handle_signals=False, shutdown_timeout=5.0,
+                            logger=log.RequestErrorLogger(_http_log, "http_error"))
+        probes = ProbeServer(cfg.metrics_host, cfg.metrics_port, gateway.health.readiness, registry=gm.REGISTRY)
+        try:
+            await api.setup()
+            tls = tls_context(cfg.tls_cert_file, cfg.tls_key_file) if cfg.tls_cert_file else None
+            await web.TCPSite(api, cfg.host, cfg.port, ssl_context=tls).start()
+            await probes.__aenter__()
+            self.metrics_port = probes.port
+            self.url = _url(cfg.host, int(api.addresses[0][1]), tls)
+            reader = ResultReader(gateway, callbacks)
+            self._tasks = [asyncio.create_task(reader.run(self._closing)),
+                           asyncio.create_task(share_loop(gateway, self._closing))]
+            yield
+        finally:
+            self._closing.set()
+            await api.cleanup()
+            if self._tasks:  # the reader returns within its BLPOP's timeout: a result it popped is still handled
+                _, stuck = await asyncio.wait(self._tasks, timeout=3)
+                for t in stuck:
+                    t.cancel()
+            await probes.__aexit__(None, None, None)
+            await callbacks.stop()
+            if upstream is not None:
+                await upstream.__aexit__(None, None, None)
+            await producer.close()
+            await redis.aclose()
+
+
+def _url(host: str, port: int, tls: ssl.SSLContext | None) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104 - only how the URL is printed
+    shown = f"[{shown}]" if ":" in shown else shown
+    return f"{'https' if tls else 'http'}://{shown}:{port}"
+
+
+async def serve(cfg: GatewayConfig) -> None:
+    """Serve until SIGTERM or SIGINT; prints one line with the URL."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    async with GatewayServer(cfg) as server:
+        print(f"captcha-worker gateway listening on {server.url} (metrics on port {server.metrics_port})",
+              flush=True)
+        log.event(_log, "gateway_started", url=server.url, queue=cfg.queue, tenants=len(cfg.tenants),
+                  shares={t.name: t.threads for t in cfg.tenants}, upstream_reports=bool(cfg.api_key))
+        await stop.wait()
+    log.event(_log, "gateway_stopped")
