@@ -75,10 +75,11 @@ def _key_shapes() -> dict[str, str]:
     """Every key `queue.Keys` makes, as the tables spell it: `{q}:pending`, `{q}:task:<id>`, ..."""
     keys = Keys("q")
     shapes = {name: getattr(keys, name) for name in ("pending", "processing", "leases", "orphans", "dead", "budget",
-                                                     "limits", "workers", "reports")}
-    shapes |= {"task": keys.task("<id>"), "result": keys.result("<id>"), "reply": keys.reply("<producer>")}
+                                                     "limits", "workers", "reports", "tenants")}
+    shapes |= {"task": keys.task("<id>"), "result": keys.result("<id>"), "reply": keys.reply("<producer>"),
+               "callback": keys.callback("<id>"), "waiting": keys.waiting("<tenant>")}
     public = {n for n, v in vars(Keys).items() if isinstance(v, property | type(Keys.task)) and not n.startswith("_")}
-    assert public - {"own", "queue", "task_prefix", "result_prefix"} == set(shapes), "a key of Keys is not listed here"
+    assert public - {"own", "queue", "task_prefix", "result_prefix", "waiting_prefix"} == set(shapes), "a key of Keys is not listed here"
     return shapes
 
 

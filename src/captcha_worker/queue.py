@@ -247,8 +247,9 @@ local c = claim_ctx({processing = processing, leases = KEYS[3], orphans = KEYS[4
                     {lease_s = ARGV[2], task_prefix = ARGV[3], result_prefix = ARGV[4], max_bytes = ARGV[5],
                      dead_cap = ARGV[6], worker = ARGV[7], limit = ARGV[8]})
 local s = shares_open({tenants = KEYS[8], waiting = ARGV[9]}, c.b)
+local wanted = tonumber(ARGV[1])
 local out, stop = {}, STOP_NONE
-for _ = 1, tonumber(ARGV[1]) do
+for _ = 1, wanted do
   shares_sort(s, c.b, pending)
   local head = pending
   if compat and redis.call('LLEN', pending) == 0 then head = compat end
@@ -306,11 +307,12 @@ return reply(STOP_NONE, fields)
 _RENEW = _NOW + """
 local leases, lease_s = KEYS[1], tonumber(ARGV[1])
 local lost = {}
-for i = 2, #ARGV do
-  if redis.call('ZSCORE', leases, ARGV[i]) then
-    redis.call('ZADD', leases, now + lease_s, ARGV[i])
+for i = 2, #ARGV do  -- ARGV[2..]: the items
+  local item = ARGV[i]
+  if redis.call('ZSCORE', leases, item) then
+    redis.call('ZADD', leases, now + lease_s, item)
   else
-    lost[#lost + 1] = ARGV[i]
+    lost[#lost + 1] = item
   end
 end
 return lost
@@ -356,10 +358,12 @@ return RECORDED
 # Shared by ACK, BURY and RELEASE: write the result once and notify the producer; whether the caller still owns
 # the task (budget_settle).
 _DELIVER = budget.SETTLE_LUA + """
+-- NO_REPLY: a reply key equal to the result key means the producer listens on no reply list (it reads the result)
 local function deliver(result_key, reply_key, result, result_ttl, reply_ttl)
+  local NO_REPLY = reply_key == result_key
   if result == '' then return 0 end
   if not redis.call('SET', result_key, result, 'NX', 'EX', result_ttl) then return 0 end
-  if reply_key ~= result_key then
+  if not NO_REPLY then
     redis.call('RPUSH', reply_key, result)
     redis.call('EXPIRE', reply_key, reply_ttl)
   end
@@ -403,21 +407,24 @@ return deliver(KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4])
 # ARGV[10] seconds to hold it.   Returns {buried, answered}: buried 0 when the item was no longer in processing;
 # answered 1 when the result was written.
 _BURY = _NOW + _DELIVER + """
-local processing, leases, dead, task, item = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local processing, leases, dead, task, result_key, reply_key, units = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
+  KEYS[6], KEYS[7]
+local item, entry, dead_cap, result, result_ttl, reply_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5],
+  ARGV[6]
 local raw, worker, unit, hold_s = ARGV[7] == '1', ARGV[8], ARGV[9], tonumber(ARGV[10])
 local mine = raw or owns(task, worker)
-budget_settle(KEYS[7], unit, hold_s, mine)
+budget_settle(units, unit, hold_s, mine)
 if redis.call('LREM', processing, 1, item) == 0 then return {0, 0} end
 redis.call('ZREM', leases, item)
-redis.call('LPUSH', dead, ARGV[2])
-redis.call('LTRIM', dead, 0, tonumber(ARGV[3]) - 1)
+redis.call('LPUSH', dead, entry)
+redis.call('LTRIM', dead, 0, dead_cap - 1)
 local known = redis.call('EXISTS', task) == 1
 if known and not raw then
   redis.call('HSET', task, 'state', 'dead')
   redis.call('HDEL', task, 'owner')
 end
 if known and raw then return {1, 0} end
-return {1, deliver(KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6])}
+return {1, deliver(result_key, reply_key, result, result_ttl, reply_ttl)}
 """
 
 # KEYS[1] processing  KEYS[2] leases  KEYS[3] pending  KEYS[4] task hash  KEYS[5] budget | ARGV[1] item  ARGV[2]
@@ -426,16 +433,17 @@ return {1, deliver(KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6])}
 # Returns 1 if requeued.  With a solve still running, the id is recorded and the unit held: the next owner
 # resumes the solve instead of submitting again.
 _RELEASE = _NOW + _DELIVER + """
-local processing, leases, pending, task, item = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local processing, leases, pending, task, units = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local item, failure, front, last_error = ARGV[1], ARGV[2] == '1', ARGV[3] == '1', ARGV[4]
 local worker, unit, hold_s, captcha = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
 local mine = owns(task, worker)
-budget_settle(KEYS[5], unit, hold_s, mine)
+budget_settle(units, unit, hold_s, mine)
 if redis.call('LREM', processing, 1, item) == 0 then return 0 end
 redis.call('ZREM', leases, item)
-if ARGV[3] == '1' then redis.call('LPUSH', pending, item) else redis.call('RPUSH', pending, item) end
+if front then redis.call('LPUSH', pending, item) else redis.call('RPUSH', pending, item) end
 if redis.call('EXISTS', task) == 1 then
-  if ARGV[2] == '1' then redis.call('HINCRBY', task, 'failures', 1) end
-  if ARGV[4] ~= '' then redis.call('HSET', task, 'last_error', ARGV[4]) end
+  if failure then redis.call('HINCRBY', task, 'failures', 1) end
+  if last_error ~= '' then redis.call('HSET', task, 'last_error', last_error) end
   if mine then
     redis.call('HDEL', task, 'owner')
     if hold_s > 0 and captcha ~= '' then
@@ -492,12 +500,12 @@ return {expired, orphaned}
 _REQUEUE_DEAD = """
 local GONE = -1
 local dead, pending, task, result = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local entry, item, mode, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local entry, item, mode, ttl, body = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if not redis.call('LPOS', dead, entry) then return 0 end
 if mode == 'stored' and redis.call('HEXISTS', task, 'body') == 0 then return GONE end
 redis.call('LREM', dead, 1, entry)
 if mode ~= 'raw' then
-  if mode == 'body' then redis.call('HSET', task, 'body', ARGV[5]) end
+  if mode == 'body' then redis.call('HSET', task, 'body', body) end
   redis.call('HDEL', task, 'state', 'last_error', 'attempts', 'failures', 'deaths', 'owner', 'captcha_id',
              'captcha_until')
   redis.call('EXPIRE', task, ttl)
@@ -526,13 +534,16 @@ return out
 # caller's own limit in `own`.   Everything `stats` shows, in one reply: the list lengths (pending counts the
 # tenants' waiting lists too: tasks no worker holds), units in use, workers alive, the effective limit.
 _COUNTS = budget.LUA + """
-local b = budget_open({units = KEYS[4], limits = KEYS[6], own = own})
+local pending, processing, dead, units, workers, limits, tenants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
+  KEYS[6], KEYS[7]
+local alive_s, waiting_prefix = tonumber(ARGV[1]), ARGV[#ARGV]
+local b = budget_open({units = units, limits = limits, own = own})
 local waiting = 0
-for _, tenant in ipairs(redis.call('HKEYS', KEYS[7])) do
-  waiting = waiting + redis.call('LLEN', ARGV[#ARGV] .. tenant)
+for _, tenant in ipairs(redis.call('HKEYS', tenants)) do
+  waiting = waiting + redis.call('LLEN', waiting_prefix .. tenant)
 end
-return {redis.call('LLEN', KEYS[1]) + waiting, redis.call('LLEN', KEYS[2]), redis.call('LLEN', KEYS[3]), b.in_use,
-        redis.call('ZCOUNT', KEYS[5], now - tonumber(ARGV[1]), '+inf'), b.limit}
+return {redis.call('LLEN', pending) + waiting, redis.call('LLEN', processing), redis.call('LLEN', dead), b.in_use,
+        redis.call('ZCOUNT', workers, now - alive_s, '+inf'), b.limit}
 """
 _STATS = _NOW + f"\nlocal own = {UNLIMITED}\n" + _COUNTS
 
@@ -540,23 +551,24 @@ _STATS = _NOW + f"\nlocal own = {UNLIMITED}\n" + _COUNTS
 # member ('' none)  ARGV[5] how long its limit holds without a heartbeat (s)  ARGV[6] its limit  ARGV[7] waiting key
 # prefix.   Records the worker as alive and the limit it enforces; returns the counts.
 _HEARTBEAT = _NOW + """
-local own = tonumber(ARGV[6])
-redis.call('ZADD', KEYS[5], now, ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - 3600)
-if ARGV[4] ~= '' and ARGV[4] ~= ARGV[3] then redis.call('ZREM', KEYS[6], ARGV[4]) end
-redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
+local workers_key, limits_key = KEYS[5], KEYS[6]
+local worker, member, previous, hold_s, own = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+redis.call('ZADD', workers_key, now, worker)
+redis.call('ZREMRANGEBYSCORE', workers_key, '-inf', now - 3600)
+if previous ~= '' and previous ~= member then redis.call('ZREM', limits_key, previous) end
+redis.call('ZADD', limits_key, now + hold_s, member)
+redis.call('ZREMRANGEBYSCORE', limits_key, '-inf', now)
 """ + _COUNTS
 
 # KEYS[1] task hash  KEYS[2] reports | ARGV[1] verdict ('bad' / 'good')  ARGV[2] task id  ARGV[3] cap.   Queues a
 # report of a solved task's answer; returns its captcha id, or '' when the task was not solved at the API (not
 # yet, never, or so long ago that its record expired).
 _REPORT = """
-local task, reports, verdict, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local task, reports, verdict, id, cap = KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3])
 local captcha = redis.call('HGET', task, 'captcha_id')
 if redis.call('HGET', task, 'state') ~= 'done' or not captcha then return '' end
 redis.call('RPUSH', reports, string.format('{"id":"%s","captcha_id":"%s","verdict":"%s"}', id, captcha, verdict))
-redis.call('LTRIM', reports, -tonumber(ARGV[3]), -1)
+redis.call('LTRIM', reports, -cap, -1)
 return captcha
 """
 
@@ -564,8 +576,8 @@ return captcha
 # is bounded: its TTL is refreshed by every write, and each field expires by itself where the server has
 # HEXPIRE (Redis >= 7.4; pcall: older servers just keep the hash TTL).
 _SEED_RESULT = """
-local hash, field, ttl = KEYS[1], ARGV[1], ARGV[3]
-redis.call('HSET', hash, field, ARGV[2])
+local hash, field, entry, ttl = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+redis.call('HSET', hash, field, entry)
 redis.call('EXPIRE', hash, ttl)
 redis.pcall('HEXPIRE', hash, ttl, 'FIELDS', 1, field)
 return 1
@@ -663,9 +675,15 @@ def is_raw_item(item: Text) -> bool:
     return isinstance(item, bytes) or not valid_task_id(item)
 
 
+#: the task id a script is given for a raw payload: empty, which ``valid_task_id`` refuses (a task may be named
+#: "-"), so its keys ``{q}:task:`` and ``{q}:result:`` never hold a task; the scripts that take a task key read it
+#: as "no task"
+NO_TASK_ID = ""
+
+
 def _tid(item: Text) -> str:
-    """The task id an item is, or '-' (no task key) for a raw payload."""
-    return "-" if is_raw_item(item) else cast(str, item)
+    """The task id an item is, or NO_TASK_ID for a raw payload."""
+    return NO_TASK_ID if is_raw_item(item) else cast(str, item)
 
 
 def item_ref(item: Text) -> str:
@@ -881,15 +899,24 @@ class RedisQueue:
         self.wait_replicas, self.wait_timeout_ms = wait_replicas, wait_timeout_ms
         self.budget = Budget(redis, units=self.keys.budget, limits=self.keys.limits)
 
-        def reg(script: str) -> SlotScript:
-            return SlotScript(redis, script)
-
-        self._push, self._claim, self._lease = reg(_PUSH), reg(_CLAIM), reg(_LEASE)
-        self._renew, self._adopt, self._ack, self._record = reg(_RENEW), reg(_ADOPT), reg(_ACK), reg(_RECORD)
-        self._bury, self._release, self._reap = reg(_BURY), reg(_RELEASE), reg(_REAP)
-        self._heartbeat, self._report = reg(_HEARTBEAT), reg(_REPORT)
-        self._requeue_dead, self._stats, self._lookup = reg(_REQUEUE_DEAD), reg(_STATS), reg(_LOOKUP)
-        self._seed_result, self._shares = reg(_SEED_RESULT), reg(shares.SHARES)
+        # one script per transition of the header's table, registered by name
+        self._push = SlotScript(redis, _PUSH)
+        self._claim = SlotScript(redis, _CLAIM)
+        self._lease = SlotScript(redis, _LEASE)
+        self._renew = SlotScript(redis, _RENEW)
+        self._adopt = SlotScript(redis, _ADOPT)
+        self._record = SlotScript(redis, _RECORD)
+        self._ack = SlotScript(redis, _ACK)
+        self._bury = SlotScript(redis, _BURY)
+        self._release = SlotScript(redis, _RELEASE)
+        self._reap = SlotScript(redis, _REAP)
+        self._heartbeat = SlotScript(redis, _HEARTBEAT)
+        self._report = SlotScript(redis, _REPORT)
+        self._requeue_dead = SlotScript(redis, _REQUEUE_DEAD)
+        self._stats = SlotScript(redis, _STATS)
+        self._lookup = SlotScript(redis, _LOOKUP)
+        self._seed_result = SlotScript(redis, _SEED_RESULT)
+        self._shares = SlotScript(redis, shares.SHARES)
 
     # producer ---------------------------------------------------------------------------------------------
     async def push(self, tasks: Sequence[tuple[str, str]], *, ttl: int, front: bool = False,
@@ -1005,6 +1032,8 @@ class RedisQueue:
 
     # outcomes ---------------------------------------------------------------------------------------------
     def _reply_key(self, reply_to: str | None, task_id: str) -> str:
+        """The producer's reply list; without one, the result key itself: the scripts' NO_REPLY sentinel (a reply
+        key equal to the result key means nobody listens on a list, the result is only stored)."""
         return self.keys.reply(reply_to) if reply_to else self.keys.result(task_id)
 
     async def ack(self, item: Text, result: Result | None, *, reply_to: str | None = None, result_ttl: int = 0,
@@ -1102,7 +1131,7 @@ class RedisQueue:
         a raw payload naming `result.id`; a task of that id that exists already is then not answered.
         Returns (buried, answered)."""
         k = self.keys
-        tid = result.id if result else "-"
+        tid = result.id if result else NO_TASK_ID
         (done,) = await self._run_many([(
             self._bury,
             [k.processing, k.leases, k.dead, k.task(tid), k.result(tid), self._reply_key(reply_to, tid), k.budget],
@@ -1164,7 +1193,7 @@ class RedisQueue:
             item, tid = letter.id, letter.id
             mode, body = ("body", letter.legacy_body) if letter.legacy_body is not None else ("stored", "")
         elif letter.legacy_raw is not None:
-            item, tid, mode, body = letter.legacy_raw, "-", "raw", ""
+            item, tid, mode, body = letter.legacy_raw, NO_TASK_ID, "raw", ""
         else:
             return None
         done = int(await self._requeue_dead(keys=[k.dead, k.pending, k.task(tid), k.result(tid)],
