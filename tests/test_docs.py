@@ -79,7 +79,8 @@ def _key_shapes() -> dict[str, str]:
     shapes |= {"task": keys.task("<id>"), "result": keys.result("<id>"), "reply": keys.reply("<producer>"),
                "callback": keys.callback("<id>"), "waiting": keys.waiting("<tenant>")}
     public = {n for n, v in vars(Keys).items() if isinstance(v, property | type(Keys.task)) and not n.startswith("_")}
-    assert public - {"own", "queue", "task_prefix", "result_prefix", "waiting_prefix"} == set(shapes), "a key of Keys is not listed here"
+    unlisted = {"own", "queue", "task_prefix", "result_prefix", "waiting_prefix"}
+    assert public - unlisted == set(shapes), "a key of Keys is not listed here"
     return shapes
 
 
