@@ -8,13 +8,14 @@ values-examples/e2e-pods.yaml, the images of images.sh), one release per Helm ma
   switch  keda.enabled false -> true keeps the running worker count (no drop to 1)
   3       helm test --logs; helm rollback; kubectl delete pod mid-solve; the Redis pod restarted, data kept (AOF)
   4       NetworkPolicies on (ingress and egress): what they allow still works (kube-proxy does not enforce them)
-  2       opt-in (see README): helm upgrade --set captchaai.threads up and down while a backlog runs; maxReplicaCount
-          follows and the simulator never sees more solves than the plan being rolled out
+  2       helm upgrade --set captchaai.threads up and down while a backlog runs; maxReplicaCount follows and the
+          simulator never sees a submission over the plan being rolled out (lowering: the pre-upgrade hook holds the
+          lower limit in Redis before any pod changes, and the plan is reduced from then on)
 
 Every measured figure goes to <results>/figures.json and is printed at the end. Needs: KUBECONFIG and PATH from
 pods.sh (kubectl, helm3, helm4), and the project's .venv (redis-py; the captcha-worker CLI as the producer).
 
-    .venv/bin/python tests/e2e/pods.py --helms helm3,helm4 --scenarios 1,switch,3,4 --results DIR
+    .venv/bin/python tests/e2e/pods.py --helms helm3,helm4 --scenarios 1,switch,3,4,2 --results DIR
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ CHART = Path(os.environ.get("E2E_PODS_CHART") or ROOT / "charts" / "captcha-solv
 VALUES = ROOT / "values-examples" / "e2e-pods.yaml"
 CLI = ROOT / ".venv" / "bin" / "captcha-worker"
 TASK = {"method": "turnstile", "params": {"sitekey": "0x4AAAAAAAe2e", "pageurl": "https://e2e.example/login"}}
-DEFAULT_SCENARIOS = ("1", "switch", "3", "4")
+DEFAULT_SCENARIOS = ("1", "switch", "3", "4", "2")
 
 
 class Failure(Exception):
@@ -605,11 +606,12 @@ def scenario_4(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
 
 
 def scenario_2(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
-    """Plan changes while a backlog runs. The simulator is set to the plan being rolled out before each upgrade
-    (bought before raising captchaai.threads, reduced together with lowering it); from then on no worker may submit
-    a solve that finds the plan full (the simulator counts those: queued), during the rollout included. Solves
-    already in flight when the plan shrinks just finish. The limit is in Redis, the smallest a live worker enforces:
-    the lower one holds from the moment the first new pod registers it; before that the old pods enforce theirs."""
+    """Plan changes while a backlog runs. The simulator is set to the plan being rolled out: before the upgrade
+    that raises captchaai.threads (the threads are bought first), and for the one that lowers it as soon as its
+    pre-upgrade hook (worker.limitHook) holds the lower limit in Redis, before any pod changes; from then on no
+    worker may submit a solve that finds the plan full (the simulator counts those: queued), during the rollout
+    included. Solves already in flight when the plan shrinks just finish. The limit is in Redis, the smallest a
+    live one: the hook's hold, then the new pods' own."""
     base = int(rel.sim("stats")["threads"])
     ids = rel.submit(300)
     wait_until(120, "the backlog at full speed", lambda: rel.spec_replicas() == rel.max_replica_count(), interval=1)
