@@ -218,3 +218,43 @@ def test_ctrl_c_exits_130_with_nothing_on_stderr(stack: Any) -> None:
             proc.wait(5)
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err
+
+
+def test_limit_holds_the_lower_limit_and_a_raise_changes_nothing(redis_server: Any) -> None:
+    """`captcha-worker limit` against the real redis-server: the smallest live limit applies; a hold of the same
+    holder is replaced; the line printed names no secret (the Redis password travels in the env only)."""
+    admin, limits = redis_server.client(decode_responses=True), Keys("captcha").limits
+    admin.flushdb()
+    admin.zadd(limits, {"16:old-pod": time.time() + 60})  # a live worker at 16 (its entry as the heartbeat writes)
+    env = {"REDIS_URL": redis_server.url, "CAPTCHAAI_KEY": KEY}
+    try:
+        low = run_cli("limit", "--threads", "6", "--hold", "30", "--holder", "rollout-rel", "--json", env=env)
+        raise_ = run_cli("limit", "--threads", "20", "--hold", "30", "--holder", "rollout-other", env=env)
+        again = run_cli("limit", "--threads", "8", "--hold", "30", "--holder", "rollout-rel", "--json", env=env)
+        members = admin.zrange(limits, 0, -1)
+    finally:
+        admin.flushdb()
+        admin.close()
+    assert low.returncode == 0 and json.loads(low.stdout) == {
+        "queue": "captcha", "holder": "rollout-rel", "limit": 6, "hold_s": 30.0, "budget_limit": 6,
+        "budget_in_use": 0}, low.stdout + low.stderr
+    assert raise_.returncode == 0 and raise_.stdout.strip() == (
+        "queue 'captcha': limit 20 held 30s by rollout-other; effective limit 6, 0 units in use")
+    assert json.loads(again.stdout)["budget_limit"] == 8, "the holder's 6 was replaced by its 8"
+    assert sorted(members) == ["16:old-pod", "20:rollout-other", "8:rollout-rel"]
+    assert all(KEY not in p.stdout + p.stderr for p in (low, raise_, again))
+
+
+@pytest.mark.parametrize("args", [["--hold", "10", "--threads", "0"], ["--hold", "0", "--threads", "3"],
+                                  ["--hold", "10", "--threads", "3", "--holder", "a b"], ["--hold", "10"]])
+def test_limit_rejects_bad_arguments_in_one_line(args: list[str]) -> None:
+    proc = run_cli("limit", *args, env={"REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("captcha-worker limit: ")
+
+
+def test_limit_without_redis_exits_1_in_one_line_without_the_password() -> None:
+    proc = run_cli("limit", "--threads", "3", "--hold", "10",
+                   env={"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "REDIS_PASSWORD": "s3cret-pass"})
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "no limit registered" in proc.stderr and "s3cret-pass" not in proc.stderr + proc.stdout

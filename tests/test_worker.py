@@ -20,7 +20,7 @@ from captcha_worker.config import WorkerConfig
 from captcha_worker.queue import SEED_RESULTS_HASH, Keys, RedisQueue
 from captcha_worker.simulator import Faults, OverCap, SimConfig, SimulatorServer
 from captcha_worker.worker import Phase, Worker, open_worker
-from tests.helpers import KEY
+from tests.helpers import KEY, run_cli
 
 SPEED = 50.0
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
@@ -312,3 +312,39 @@ async def test_a_drained_worker_leaves_no_unit_and_no_limit_behind(redis: Redis,
         assert await redis.zcard(Keys("captcha").limits) == 1
     assert isinstance(outcome, Solved) and outcome.captcha_id
     assert await redis.zcard(Keys("captcha").budget) == 0 and await redis.zcard(Keys("captcha").limits) == 0
+
+
+async def test_a_held_lower_limit_takes_effect_at_once_for_live_workers_then_expires(
+        redis: Redis, redis_server: Any, producer: CaptchaQueue) -> None:
+    """`captcha-worker limit` (the chart's pre-upgrade hook) lowers the budget of workers that still enforce a
+    higher limit: the solves running finish, none starts while the units in use reach the hold; when the hold
+    expires the workers' own limit applies again."""
+    speed = "4"  # turnstile ~3 s: long enough to watch the in-flight count fall
+    async with simulator(threads=10, speed=float(speed)) as sim, \
+            worker(redis_server.url, sim, CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6", API_TIME_SCALE=speed):
+        await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(60)])
+        await _until(lambda: sim.stats().in_flight == 6, 15)
+        proc = await asyncio.to_thread(run_cli, "limit", "--threads", "2", "--hold", "5", "--holder", "rollout-t",
+                                       env={"REDIS_URL": redis_server.url, "CAPTCHAAI_KEY": KEY})
+        held_at, base = time.monotonic(), sim.stats()
+        assert proc.returncode == 0, proc.stderr
+        assert "effective limit 2" in proc.stdout and KEY not in proc.stdout + proc.stderr
+        samples = []
+        while time.monotonic() - held_at < 4.5:
+            s = sim.stats()
+            samples.append((s.in_flight, s.submitted - base.submitted, s.solved + s.failed - base.solved - base.failed))
+            await asyncio.sleep(0.05)
+        await _until(lambda: sim.stats().in_flight == 6, 15)  # the hold expired: the workers' 6 again
+        expiry, (sec, usec) = await redis.zscore(Keys("captcha").limits, "2:rollout-t"), await redis.time()
+    # no submission until the solves running above the hold of 2 finished (units in use below 2)
+    over = base.in_flight - 2
+    assert over > 0 and all(submitted <= max(0, finished - over) for _, submitted, finished in samples), samples
+    assert min(i for i, _, _ in samples) <= 2, samples
+    assert expiry is None or expiry <= sec + usec / 1e6, "expired (the next heartbeat drops it)"
+
+
+async def _until(ok: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ok():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)

@@ -12,6 +12,8 @@ Keys (their rows are in ``queue``'s key table too):
   a solve of a worker that lost its task to another one (it stalled past its lease) and submitted all the same.
 * ``{q}:limits`` (zset) ``<limit>:<worker id> -> expiry``: the limit each live worker enforces
   (``CAPTCHAAI_THREADS``, or the plan's threads when ``threadsinfo`` reports fewer), renewed with its heartbeat.
+  A *hold* (``captcha-worker limit``, the chart's pre-upgrade hook) is an entry of the same form whose holder is no
+  worker (``<limit>:rollout-<release>``): nobody renews it, it expires at the time it was given.
 
 The *effective limit* is the smallest limit a live worker enforces, the caller's own included: raising threads
 takes effect once no live worker enforces a lower limit; lowering takes effect at once, because no claim takes a
@@ -121,6 +123,21 @@ local b = budget_open({units = KEYS[1], limits = KEYS[2], own = tonumber(ARGV[1]
 return {b.limit, b.in_use}
 """
 
+# KEYS[1] units  KEYS[2] limits | ARGV[1] member (``limit_member``)  ARGV[2] hold s.   Registers the member until
+# hold s from now, replacing an earlier entry of the same holder; returns {effective limit, units in use}.
+_HOLD = _NOW + LUA + """
+local units, limits, member, hold_s = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
+local HOLDER = '^%d+:(.*)$'
+local holder = string.match(member, HOLDER)
+for _, m in ipairs(redis.call('ZRANGE', limits, 0, -1)) do
+  if m ~= member and string.match(m, HOLDER) == holder then redis.call('ZREM', limits, m) end
+end
+redis.call('ZADD', limits, now + hold_s, member)
+redis.call('ZREMRANGEBYSCORE', limits, '-inf', now)
+local b = budget_open({units = units, limits = limits, own = UNLIMITED})
+return {b.limit, b.in_use}
+"""
+
 
 def unit_of(task_id: str) -> str:
     """The budget unit of a task's solve."""
@@ -133,7 +150,7 @@ def stray_unit(task_id: str, captcha_id: str) -> str:
 
 
 def limit_member(worker_id: str, limit: int) -> str:
-    """A worker's entry in ``{q}:limits``."""
+    """A worker's (or a hold's) entry in ``{q}:limits``: the one format ``_HOLD`` writes too."""
     return f"{limit}:{worker_id}"
 
 
@@ -155,7 +172,8 @@ class Budget:
     def __init__(self, redis: Client, *, units: str, limits: str) -> None:
         self.redis = redis
         self.units, self.limits = units, limits
-        self._acquire, self._renew, self._state = (SlotScript(redis, s) for s in (_ACQUIRE, _RENEW, _STATE))
+        self._acquire, self._renew, self._state, self._hold = (
+            SlotScript(redis, s) for s in (_ACQUIRE, _RENEW, _STATE, _HOLD))
 
     async def acquire(self, units: Sequence[str], *, limit: int, lease_s: float) -> list[str]:
         """Take free units (or find them held already) up to the effective limit; returns the units held."""
@@ -174,6 +192,13 @@ class Budget:
     async def release(self, units: Sequence[str]) -> None:
         if units:
             await cast(Awaitable[Any], self.redis.zrem(self.units, *units))
+
+    async def hold_limit(self, holder: str, limit: int, *, hold_s: float) -> BudgetState:
+        """Enforce `limit` for `hold_s` seconds (server time) under `holder`, a name no worker uses (an earlier hold
+        of the holder is replaced); returns the state in effect then. Lower than the others: in effect at once (no
+        claim takes a unit while the units in use reach it); higher: no change (the smallest limit applies)."""
+        effective, in_use = await self._hold(keys=[self.units, self.limits], args=[limit_member(holder, limit), hold_s])
+        return BudgetState.of(int(effective), int(in_use))
 
     async def limit(self, *, own: int = UNLIMITED) -> int | None:
         """The limit in effect: the smallest of `own` and every live worker's; None when there is none."""

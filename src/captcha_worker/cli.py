@@ -1,4 +1,5 @@
-"""`captcha-worker` commands: run, gateway, simulator, check, submit, wait, report, stats, dead-letters, plan, demo.
+"""`captcha-worker` commands: run, gateway, simulator, check, limit, submit, wait, report, stats, dead-letters, plan,
+demo.
 
 Exit codes (docs/contracts.md): 0 success, 1 a task or check failed (or Redis refused), 2 bad configuration or
 arguments (one line on stderr), 130 interrupted (Ctrl-C).
@@ -205,6 +206,52 @@ async def _checks(rc: RedisConfig, queue: str, key: str, api_url: str,
         except ApiError as exc:
             out.append(("api key", False, f"{redact_url(api_url)} answered {exc.code}"))
     return out
+
+
+# -- limit --------------------------------------------------------------------------------------------------
+_HOLDER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _limit_args(ns: argparse.Namespace) -> tuple[int, float, str]:
+    """--threads (default $CAPTCHAAI_THREADS), --hold, --holder, checked."""
+    text = str(ns.threads if ns.threads is not None else os.environ.get("CAPTCHAAI_THREADS", "")).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError("--threads (or CAPTCHAAI_THREADS) must be an integer >= 1")
+    if not 0 < ns.hold <= 86_400:
+        raise UsageError("--hold must be > 0 and <= 86400 seconds")
+    if not 0 < len(ns.holder) <= 100 or not set(ns.holder) <= _HOLDER_CHARS:
+        raise UsageError("--holder must be 1-100 letters, digits, '.', '_' or '-'")
+    return int(text), ns.hold, ns.holder
+
+
+def cmd_limit(ns: argparse.Namespace) -> int:
+    threads, hold_s, holder = _limit_args(ns)
+    try:
+        rc, queue = RedisConfig.from_env(os.environ), queue_name(os.environ)
+    except ConfigError as exc:
+        raise UsageError(f"configuration error: {exc}") from None
+    return asyncio.run(_hold_limit(rc, queue, threads, hold_s, holder, as_json=ns.json))
+
+
+async def _hold_limit(rc: RedisConfig, queue: str, threads: int, hold_s: float, holder: str, *,
+                      as_json: bool) -> int:
+    redis = connect(rc, client_name="captcha-worker-limit")
+    try:
+        state = await asyncio.wait_for(RedisQueue(redis, queue).budget.hold_limit(holder, threads, hold_s=hold_s),
+                                       10)
+    except Exception as exc:
+        why = refusal(exc)
+        detail = describe_refusal(why) if why else f"failing ({type(exc).__name__})"
+        print(f"captcha-worker limit: {rc.display_url()} is {detail}; no limit registered", file=sys.stderr)
+        return EXIT_FAIL
+    finally:
+        await redis.aclose()
+    data = {"queue": queue, "holder": holder, "limit": threads, "hold_s": hold_s, "budget_limit": state.limit,
+            "budget_in_use": state.in_use}
+    print(json.dumps(data) if as_json else
+          f"queue {queue!r}: limit {threads} held {hold_s:g}s by {holder}; effective limit {state.limit}, "
+          f"{state.in_use} units in use")
+    return EXIT_OK
 
 
 # -- producer commands --------------------------------------------------------------------------------------
@@ -461,6 +508,21 @@ def _add_service_commands(sub: Subparsers) -> None:
                                    "CAPTCHAAI_THREADS, QUEUE_NAME). Exit 0 when every check passes, 1 otherwise.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("limit", help="enforce a thread limit for a while (lowering: at once), e.g. before a rollout",
+                       description="Registers --threads as a limit of the queue's budget for --hold seconds (Redis "
+                                   "server time), next to the limits the live workers enforce; the smallest one "
+                                   "applies, so a lower limit takes effect at once (no solve starts while the units "
+                                   "in use reach it) and a higher one changes nothing. The chart's pre-upgrade "
+                                   "hook runs it. Reads the Redis settings and QUEUE_NAME as `run` does. Exit 0 "
+                                   "registered, 1 Redis refused, 2 bad arguments.")
+    p.add_argument("--threads", type=int, help="the limit (default $CAPTCHAAI_THREADS)")
+    p.add_argument("--hold", type=float, required=True, metavar="SECONDS",
+                   help="how long it holds: long enough for the rollout (new pods register their own limit)")
+    p.add_argument("--holder", default="rollout", help="who holds it (default 'rollout'); a hold of the same "
+                                                       "holder is replaced")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_limit)
 
 
 def _add_producer_commands(sub: Subparsers) -> None:

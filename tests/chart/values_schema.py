@@ -63,6 +63,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "worker.solveTimeoutSeconds": {"type": "integer", "minimum": 1},
     "worker.drainGraceSeconds": {"type": "integer", "minimum": 0},
     "worker.terminationGracePeriodSeconds": {"type": ["integer", "null"], "minimum": 1},
+    "worker.limitHook.holdSeconds": {"type": ["integer", "null"], "minimum": 1, "maximum": 86400},  # `limit --hold`
+    "worker.limitHook.resources": FREE_OBJECT,
     "worker.terminationGraceMarginSeconds": {"type": "integer", "minimum": 1},
     "worker.unsolvableRetries": {"type": "integer", "minimum": 0},
     "worker.httpTimeoutSeconds": {"type": "integer", "minimum": 1},

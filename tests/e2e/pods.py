@@ -8,13 +8,14 @@ values-examples/e2e-pods.yaml, the images of images.sh), one release per Helm ma
   switch  keda.enabled false -> true keeps the running worker count (no drop to 1)
   3       helm test --logs; helm rollback; kubectl delete pod mid-solve; the Redis pod restarted, data kept (AOF)
   4       NetworkPolicies on (ingress and egress): what they allow still works (kube-proxy does not enforce them)
-  2       opt-in (see README): helm upgrade --set captchaai.threads up and down while a backlog runs; maxReplicaCount
-          follows and the simulator never sees more solves than the plan being rolled out
+  2       helm upgrade --set captchaai.threads up and down while a backlog runs; maxReplicaCount follows and the
+          simulator never sees a submission over the plan being rolled out (lowering: the pre-upgrade hook holds the
+          lower limit in Redis before any pod changes, and the plan is reduced from then on)
 
 Every measured figure goes to <results>/figures.json and is printed at the end. Needs: KUBECONFIG and PATH from
 pods.sh (kubectl, helm3, helm4), and the project's .venv (redis-py; the captcha-worker CLI as the producer).
 
-    .venv/bin/python tests/e2e/pods.py --helms helm3,helm4 --scenarios 1,switch,3,4 --results DIR
+    .venv/bin/python tests/e2e/pods.py --helms helm3,helm4 --scenarios 1,switch,3,4,2 --results DIR
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ CHART = Path(os.environ.get("E2E_PODS_CHART") or ROOT / "charts" / "captcha-solv
 VALUES = ROOT / "values-examples" / "e2e-pods.yaml"
 CLI = ROOT / ".venv" / "bin" / "captcha-worker"
 TASK = {"method": "turnstile", "params": {"sitekey": "0x4AAAAAAAe2e", "pageurl": "https://e2e.example/login"}}
-DEFAULT_SCENARIOS = ("1", "switch", "3", "4")
+DEFAULT_SCENARIOS = ("1", "switch", "3", "4", "2")
 
 
 class Failure(Exception):
@@ -605,26 +606,29 @@ def scenario_4(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
 
 
 def scenario_2(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
-    """Plan changes while a backlog runs. The simulator is set to the plan being rolled out before each upgrade
-    (bought before raising captchaai.threads, reduced together with lowering it); from then on no worker may submit
-    a solve that finds the plan full (the simulator counts those: queued), during the rollout included. Solves
-    already in flight when the plan shrinks just finish. The limit is in Redis, the smallest a live worker enforces:
-    the lower one holds from the moment the first new pod registers it; before that the old pods enforce theirs."""
+    """Plan changes while a backlog runs. The simulator is set to the plan being rolled out: before the upgrade
+    that raises captchaai.threads (the threads are bought first), and for the one that lowers it as soon as its
+    pre-upgrade hook (worker.limitHook) holds the lower limit in Redis, before any pod changes; from then on no
+    worker may submit a solve that finds the plan full (the simulator counts those: queued), during the rollout
+    included. Solves already in flight when the plan shrinks just finish. The limit is in Redis, the smallest a
+    live one: the hook's hold, then the new pods' own."""
     base = int(rel.sim("stats")["threads"])
     ids = rel.submit(300)
     wait_until(120, "the backlog at full speed", lambda: rel.spec_replicas() == rel.max_replica_count(), interval=1)
     for step, threads in (("up", base + 6), ("down", base - 4)):
-        rel.sim("config", {"threads": threads})
-        rel.sim("reset")
-        at_change = rel.sim("stats")["in_flight"]
         t = time.monotonic()
-        rel.upgrade(f"captchaai.threads={threads}", timeout=600)
+        if step == "up":
+            at_change = _plan_changed(rel, threads)
+            rel.upgrade(f"captchaai.threads={threads}", timeout=600)
+        else:
+            at_change = _lowered(rel, threads, f.setdefault(step, {}))
         wait_until(300, "the rollout done", lambda: kjson("-n", rel.ns, "get", "deploy", rel.worker)["status"].get(
             "updatedReplicas", 0) == kjson("-n", rel.ns, "get", "deploy", rel.worker)["status"].get("replicas", -1),
             interval=2)
         time.sleep(5)
         stats = rel.sim("stats")
-        f[step] = {"plan_threads": threads, "max_replica_count": rel.max_replica_count(), "hpa_max": rel.hpa_max(),
+        f[step] = {**f.get(step, {}), "plan_threads": threads, "max_replica_count": rel.max_replica_count(),
+                   "hpa_max": rel.hpa_max(),
                    "rollout_s": round(time.monotonic() - t, 1), "in_flight_at_change": at_change,
                    "sim_max_in_flight": stats["max_in_flight"], "sim_queued": stats["queued"],
                    "sim_over_cap_rejections": stats["over_cap_rejections"],
@@ -644,8 +648,42 @@ def scenario_2(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
         over = f[step]["sim_queued"] + f[step]["sim_over_cap_rejections"]
         expect(over == 0, f"{step}: the plan of {f[step]['plan_threads']} threads was exceeded during the rollout: "
                           f"{over} submissions found it full ({f[step]['in_flight_at_change']} in flight at the "
-                          f"change, max {f[step]['sim_max_in_flight']}) -- before a new pod registered its limit")
+                          f"change, max {f[step]['sim_max_in_flight']})")
     return f
+
+
+def _plan_changed(rel: Release, threads: int) -> int:
+    """The simulated plan set to `threads`, its counters reset; returns the solves in flight then."""
+    rel.sim("config", {"threads": threads})
+    rel.sim("reset")
+    return int(rel.sim("stats")["in_flight"])
+
+
+def _lowered(rel: Release, threads: int, f: dict[str, Any]) -> int:
+    """`helm upgrade --set captchaai.threads=<lower>` in the background; its pre-upgrade hook (worker.limitHook)
+    holds the lower limit in Redis before any pod changes, and the plan is reduced from that moment (an operator
+    reduces it at CaptchaAI after running the upgrade). Returns the solves in flight when the plan shrank."""
+    errors: list[BaseException] = []
+
+    def upgrade() -> None:
+        try:
+            rel.upgrade(f"captchaai.threads={threads}", timeout=600)
+        except BaseException as exc:  # re-raised in the scenario's thread below
+            errors.append(exc)
+
+    old_pods = {p["metadata"]["name"] for p in rel.worker_pods()}
+    t, r = time.monotonic(), rel.redis()
+    thread = threading.Thread(target=upgrade, daemon=True)
+    thread.start()
+    wait_until(180, f"the pre-upgrade hook's limit of {threads} in Redis",
+               lambda: r.zscore("{captcha}:limits", f"{threads}:rollout-{rel.name}") is not None, interval=0.2)
+    f["limit_held_after_s"] = round(time.monotonic() - t, 1)
+    f["new_pods_at_hold"] = len({p["metadata"]["name"] for p in rel.worker_pods()} - old_pods)
+    at_change = _plan_changed(rel, threads)
+    thread.join(660)
+    if errors:
+        raise errors[0]
+    return at_change
 
 
 SCENARIOS: dict[str, Callable[[Release, dict[str, Any]], dict[str, Any]]] = {

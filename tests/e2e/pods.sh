@@ -11,8 +11,7 @@
 #      `helm package` makes of the chart (it carries the KEDA dependency)
 #   4. teardown, also on failure or Ctrl-C: every process, mount, cgroup, the bridge, iptables/nft rules, sysctls
 #
-# Env: E2E_HELMS="helm3 helm4", E2E_PODS_SCENARIOS="1 switch 3 4" (add 2 for the plan-change scenario, which
-#      waits for issue 12), E2E_KEEP=1 (leave the cluster up: E2E_CLUSTER=pods tests/e2e/cluster.sh down),
+# Env: E2E_HELMS="helm3 helm4", E2E_PODS_SCENARIOS="1 switch 3 4 2", E2E_KEEP=1 (leave the cluster up: E2E_CLUSTER=pods tests/e2e/cluster.sh down),
 #      E2E_PODS_CHART=<dir> (the scenarios against another copy of the chart).
 # Results: .tools/e2e/results/pods/ (figures.json, helm outputs, worker logs, component logs; the run before in
 # .tools/e2e/results/pods.previous/).
@@ -37,7 +36,7 @@ export E2E_CLUSTER=${E2E_CLUSTER:-pods}
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 read -r -a HELMS <<< "${E2E_HELMS:-helm3 helm4}"
-SCENARIOS=${E2E_PODS_SCENARIOS:-1 switch 3 4}
+SCENARIOS=${E2E_PODS_SCENARIOS:-1 switch 3 4 2}
 RESULTS=$ROOT/.tools/e2e/results/pods
 T0=$SECONDS
 [ "$(id -u)" = 0 ] || fail "e2e-pods runs containerd and a kubelet: it needs root"

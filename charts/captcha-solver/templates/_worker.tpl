@@ -43,6 +43,17 @@
 {{- end -}}
 {{- end -}}
 
+{{/* Seconds the pre-upgrade hook holds the new limit: worker.limitHook.holdSeconds, else the termination grace
+     period + 60 (the old pods are gone, or a new pod enforces the same limit, well before). */}}
+{{- define "captcha-solver.worker.limitHoldSeconds" -}}
+{{- $explicit := .Values.worker.limitHook.holdSeconds -}}
+{{- if kindIs "invalid" $explicit -}}
+{{- add (include "captcha-solver.terminationGracePeriodSeconds" . | int) 60 -}}
+{{- else -}}
+{{- int $explicit -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Names the user set in worker.extraEnv (they replace the chart's variables of the same name). */}}
 {{- define "captcha-solver.worker.extraEnvNames" -}}
 {{- $names := list -}}
