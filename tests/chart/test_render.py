@@ -36,7 +36,7 @@ from .chartlib import (
 EXPECTED: dict[str, tuple[int, int, dict[str, int]]] = {
     "default": (1, 5, {"ConfigMap": 2, "Deployment": 1, "Job": 1, "Pod": 1, "ScaledObject": 1, "Secret": 1,
                    "Service": 3, "ServiceAccount": 1, "StatefulSet": 1, "TriggerAuthentication": 1}),
-    "e2e-local": (2, 5, {"ConfigMap": 1, "Deployment": 1, "Job": 1, "Pod": 1, "PodDisruptionBudget": 1,
+    "e2e-local": (2, 5, {"ConfigMap": 1, "Deployment": 1, "Pod": 1, "PodDisruptionBudget": 1,
                    "ScaledObject": 1, "Secret": 1, "Service": 1, "ServiceAccount": 1}),
     "e2e-pods": (5, 2, {"ConfigMap": 2, "Deployment": 2, "Job": 1, "Pod": 1, "PodDisruptionBudget": 1,
                         "ScaledObject": 1, "Secret": 2, "Service": 4, "ServiceAccount": 1, "StatefulSet": 1,
