@@ -79,9 +79,10 @@ class Worker:
         self.cfg = cfg
         self.api = api
         self.queue = RedisQueue(redis, cfg.queue, wait_replicas=cfg.redis.wait_replicas,
-                           wait_timeout_ms=cfg.redis.wait_timeout_ms)
+                                wait_timeout_ms=cfg.redis.wait_timeout_ms)
         self.id = worker_id or default_worker_id()
         self.phase = Phase.RUNNING
+        self._started = False  # ready once its limit is registered and its loops and metrics are up
         self.fatal_code: str | None = None
         self.redis_down: Refusal | None = None  # why Redis cannot serve, while it lasts
         self._redis_down_since = 0.0
@@ -120,6 +121,8 @@ class Worker:
 
     # -- readiness ----------------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
+        if not self._started:
+            return False, "starting"
         if self.phase is Phase.DRAINING:
             return False, "draining"
         if self.phase is Phase.FATAL:
@@ -150,6 +153,7 @@ class Worker:
             ("plan", self._plan_loop), ("heartbeat", self._heartbeat_loop), ("reaper", self._reaper_loop),
             ("reports", self._report_loop))]
         claimer = asyncio.create_task(self._supervise("claimer", self._claim_loop, ends_with_stop=True))
+        self._started = True
         self._set_ready_gauge()
         try:
             await stop.wait()
