@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from redis.asyncio import Redis
@@ -451,6 +452,29 @@ async def test_a_batch_is_one_round_trip_without_script_exists(redis: Redis) -> 
     stats = await redis.info("commandstats")
     assert "cmdstat_script|exists" not in stats and "cmdstat_script" not in stats
     assert stats["cmdstat_evalsha"]["calls"] == 3
+
+
+async def test_a_batch_of_acks_is_one_script_call_that_settles_each_on_its_own(redis: Redis) -> None:
+    """ACK takes the whole batch: each ack releases or holds its own unit and wins or loses on its own."""
+    q = RedisQueue(redis, "tq")
+    await q.push([(t, body(t, "p")) for t in "abc"], ttl=100)
+    await q.claim(3, lease_s=30, worker="w")
+    await q.ack_many([], result_ttl=60, reply_ttl=60)
+    await q.ack("gone", None)  # the script loaded
+    await redis.config_resetstat()
+    won = await q.ack_many([Ack("a", Result("a", Status.SOLVED, solution="1", captcha_id="9"), "p", unit="t:a",
+                                worker="w"),
+                            Ack("b", Result("b", Status.ERROR, code="SOLVE_TIMEOUT"), "p", unit="t:b", hold_s=40,
+                                worker="w"),
+                            Ack("a", Result("a", Status.SOLVED, solution="2"), "p", unit="t:a", worker="w"),
+                            Ack("c", None, unit="t:c", worker="w")], result_ttl=60, reply_ttl=60)
+    assert won == [True, True, False, False]
+    assert (await redis.info("commandstats"))["cmdstat_evalsha"]["calls"] == 1
+    assert await redis.zrange(q.keys.budget, 0, -1) == ["t:b"], "a and c released, b held while the API may solve"
+    assert 35 < (await redis.zscore(q.keys.budget, "t:b")) - time.time() <= 40
+    assert [Result.from_json(r).solution for r in await redis.lrange(q.keys.reply("p"), 0, -1)] == ["1", None]
+    assert await redis.hgetall(q.keys.task("a")) == {"state": "done", "captcha_id": "9"}
+    assert await redis.llen(q.keys.processing) == 0 and await redis.zcard(q.keys.leases) == 0
 
 
 # -- byte-safe, per-item claiming ---------------------------------------------------------------------------

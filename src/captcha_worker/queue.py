@@ -142,6 +142,7 @@ T = TypeVar("T")
 #: a value read from Redis as it is stored: decoded when it is valid UTF-8, else the bytes themselves
 Text = str | bytes
 REPORTS_MAX = 10_000  # report requests kept while no worker sends them
+ACK_KEYS, ACK_ARGS = 3, 6  # keys and arguments of each ack in an ACK call (after the shared ones)
 
 # -- Lua ----------------------------------------------------------------------------------------------------
 # Server time keeps leases independent of worker clocks. Scripts are replicated by effects (Redis >= 5).
@@ -150,14 +151,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
-# ACK's server time: read only when a unit is to be held (`hold` > 0), the common path needs none.
-_NOW_TO_HOLD = """
-local now = 0
-if tonumber({hold}) > 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-end
-"""
 
 # KEYS[1] pending  then per task: KEYS[2k] task hash, KEYS[2k+1] result | ARGV[1] ttl  ARGV[2] '1' = push to
 # the front  ARGV[3..] id, body pairs.   A task whose id is known (hash or result exists) is left alone: a
@@ -249,14 +242,22 @@ local c = claim_ctx({processing = processing, leases = KEYS[3], orphans = KEYS[4
 local s = shares_open({tenants = KEYS[8], waiting = ARGV[9]}, c.b)
 local wanted = tonumber(ARGV[1])
 local out, stop = {}, STOP_NONE
+-- no share table, no compat list and a unit free: shares_pick would answer the head of pending, whatever it is
+local function quick(b)
+  return #s.names == 0 and not compat and (b.limit == UNLIMITED or b.in_use < b.limit)
+end
 for _ = 1, wanted do
-  shares_sort(s, c.b, pending)
-  local head = pending
-  if compat and redis.call('LLEN', pending) == 0 then head = compat end
-  local pick = shares_pick(s, c.b, head)
-  local source, tenant = pick[1], pick[2]
+  local source, tenant = pending, NO_TENANT
+  if not quick(c.b) then
+    shares_sort(s, c.b, pending)
+    local head = pending
+    if compat and redis.call('LLEN', pending) == 0 then head = compat end
+    local pick = shares_pick(s, c.b, head)
+    source, tenant = pick[1], pick[2]
+  end
   if not source then stop = tenant; break end
   local item = redis.call('LMOVE', source, processing, 'LEFT', 'RIGHT')
+  if not item then break end  -- the quick path on an empty pending list
   local before = c.b.in_use
   local fields = lease(c, item)
   if not fields then
@@ -375,29 +376,54 @@ local function owns(task, worker)
 end
 """
 
-# KEYS[1] processing  KEYS[2] leases  KEYS[3] task hash  KEYS[4] result  KEYS[5] reply list (= KEYS[4]: none)
-# KEYS[6] budget | ARGV[1] item  ARGV[2] result JSON ('' = drop the item: its result exists)  ARGV[3] result ttl
-# ARGV[4] reply ttl  ARGV[5] worker  ARGV[6] unit ('' none)  ARGV[7] seconds to hold it (0: release)  ARGV[8]
-# captcha id of the answer, kept on the tombstone for reports ('' none).   Returns 1 if this result won.  The
-# task hash loses its body and stays, until its TTL, as a tombstone.
-_ACK = _NOW_TO_HOLD.format(hold="ARGV[7]") + _DELIVER + """
-local processing, leases, task, item = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
-local worker, unit, hold_s, captcha = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
-redis.call('LREM', processing, 1, item)
-redis.call('ZREM', leases, item)
-local mine, owned = owns(task, worker)
-budget_settle(KEYS[6], unit, hold_s, mine)
-if ARGV[2] ~= '' and (owned or redis.call('EXISTS', task) == 1) then  -- an owner: the hash exists
-  -- HSET first: a hash left without fields would be deleted, and its TTL lost
-  if captcha ~= '' then
-    redis.call('HSET', task, 'state', 'done', 'captcha_id', captcha)
-    redis.call('HDEL', task, 'body', 'owner', 'captcha_until')
-  else
-    redis.call('HSET', task, 'state', 'done')
-    redis.call('HDEL', task, 'body', 'owner', 'captcha_until', 'captcha_id')
+# A batch of ACKs, one call. KEYS[1] processing  KEYS[2] leases  KEYS[3] budget  then per ack: task hash, result, reply
+# list (= its result key: none) | ARGV[1] result ttl  ARGV[2] reply ttl  then per ack: item, result JSON ('' = drop the
+# item: its result exists), worker, unit ('' none), seconds to hold it (0: release), captcha id of the answer, kept
+# on the tombstone for reports ('' none).   Returns, per ack, 1 if its result won.  The task hash loses its body and
+# stays, until its TTL, as a tombstone.
+_ACK = f"""
+local ACK_KEYS, ACK_ARGS, FIRST_KEY, FIRST_ARG, HOLD = {ACK_KEYS}, {ACK_ARGS}, 4, 3, 4  -- HOLD: offset in an ack's args
+""" + """
+local processing, leases, units, result_ttl, reply_ttl = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]
+local acks = (#KEYS - FIRST_KEY + 1) / ACK_KEYS
+local now = 0  -- server time, read only when a unit is to be held: the common path needs none
+for i = 0, acks - 1 do
+  if tonumber(ARGV[FIRST_ARG + ACK_ARGS * i + HOLD]) > 0 then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+    break
   end
 end
-return deliver(KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4])
+""" + _DELIVER + """
+local function ack(task, result_key, reply_key, item, result, worker, unit, hold_s, captcha)
+  redis.call('LREM', processing, 1, item)
+  redis.call('ZREM', leases, item)
+  local mine, owned = owns(task, worker)
+  budget_settle(units, unit, hold_s, mine)
+  local won = deliver(result_key, reply_key, result, result_ttl, reply_ttl)
+  if result ~= '' and (owned or redis.call('EXISTS', task) == 1) then  -- an owner: the hash exists
+    -- HSET first: a hash left without fields would be deleted, and its TTL lost. The tombstone keeps the captcha id
+    -- of the result delivered (for reports): a result written first keeps its own.
+    if won == 1 and captcha ~= '' then
+      redis.call('HSET', task, 'state', 'done', 'captcha_id', captcha)
+      redis.call('HDEL', task, 'body', 'owner', 'captcha_until')
+    elseif won == 1 then
+      redis.call('HSET', task, 'state', 'done')
+      redis.call('HDEL', task, 'body', 'owner', 'captcha_until', 'captcha_id')
+    else
+      redis.call('HSET', task, 'state', 'done')
+      redis.call('HDEL', task, 'body', 'owner', 'captcha_until')
+    end
+  end
+  return won
+end
+local won = {}
+for i = 0, acks - 1 do
+  local k, a = FIRST_KEY + ACK_KEYS * i, FIRST_ARG + ACK_ARGS * i
+  won[i + 1] = ack(KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
+                   tonumber(ARGV[a + HOLD]), ARGV[a + 5])
+end
+return won
 """
 
 # KEYS[1] processing  KEYS[2] leases  KEYS[3] dead  KEYS[4] task hash  KEYS[5] result  KEYS[6] reply (= KEYS[5]
@@ -1044,7 +1070,7 @@ class RedisQueue:
         return won
 
     async def ack_many(self, acks: Sequence[Ack], *, result_ttl: int, reply_ttl: int) -> list[bool]:
-        """ACK several items in one round trip (one ACK script call each, pipelined)."""
+        """ACK several items in one round trip (one ACK script call)."""
         won, _ = await self.write_batch(acks, [], result_ttl=result_ttl, reply_ttl=reply_ttl)
         return won
 
@@ -1054,19 +1080,22 @@ class RedisQueue:
 
     async def write_batch(self, acks: Sequence[Ack], records: Sequence[Record], *, result_ttl: int,
                           reply_ttl: int) -> tuple[list[bool], list[RecordOutcome]]:
-        """RECORDs, then ACKs, in one pipelined round trip."""
+        """RECORDs, then one ACK call for all the acks, in one pipelined round trip."""
         k = self.keys
         calls: list[Call] = [(self._record, [k.task(r.task_id), k.budget],
                               [r.worker, r.unit, r.captcha_id, r.window_s]) for r in records]
-        for a in acks:
-            tid = a.result.id if a.result else _tid(a.item)
-            captcha = a.result.captcha_id if a.result and a.result.captcha_id else ""
-            calls.append((self._ack, [k.processing, k.leases, k.task(tid), k.result(tid),
-                                      self._reply_key(a.reply_to, tid), k.budget],
-                          [a.item, a.result.to_json() if a.result else "", result_ttl, reply_ttl, a.worker,
-                           a.unit or "", a.hold_s, captcha]))
+        if acks:
+            keys: list[str] = [k.processing, k.leases, k.budget]
+            args: list[Any] = [result_ttl, reply_ttl]
+            for a in acks:
+                tid = a.result.id if a.result else _tid(a.item)
+                captcha = a.result.captcha_id if a.result and a.result.captcha_id else ""
+                keys += (k.task(tid), k.result(tid), self._reply_key(a.reply_to, tid))
+                args += (a.item, a.result.to_json() if a.result else "", a.worker, a.unit or "", a.hold_s, captcha)
+            calls.append((self._ack, keys, args))
         out = await self._run_many(calls, durable=bool(acks)) if calls else []
-        return ([bool(w) for w in out[len(records):]], [RecordOutcome(int(r)) for r in out[:len(records)]])
+        won = [bool(w) for w in out[-1]] if acks else []
+        return won, [RecordOutcome(int(r)) for r in out[:len(records)]]
 
     async def _run_many(self, calls: Sequence[Call], *, durable: bool = False) -> list[Any]:
         """Script calls in one pipelined round trip. EVALSHA directly: redis-py would otherwise send a SCRIPT
