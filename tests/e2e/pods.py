@@ -587,7 +587,8 @@ def scenario_4(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     rel.upgrade("networkPolicy.enabled=true", "networkPolicy.egress.enabled=true")
     names = sorted(i["metadata"]["name"] for i in kjson("-n", rel.ns, "get", "networkpolicies")["items"])
     f["network_policies"] = names
-    expect(len(names) == 5, f"want 5 NetworkPolicies (worker, check, redis, simulator, egress): {names}")
+    want = sorted(f"{rel.fullname}-{c}" for c in ("worker", "check", "limit", "redis", "simulator", "egress"))
+    expect(names == want, f"want the NetworkPolicies {want} (the limit hook's included): {names}")
     with watching(rel, "netpol") as (deploy, pods, logs):
         ids = rel.submit(20)
         outcome = rel.outcomes(ids, timeout=600)
