@@ -68,7 +68,8 @@ class System:
 SYSTEMS = (
     System("ours", "ours (instant solver)", "ours", None, "", "ours_submit_many",
            "yes: result key (SET NX, TTL) and a push to the producer's reply list", "after the run (ACK script)",
-           "CLAIM script per batch of free slots; one ACK script per task, pipelined per event-loop turn",
+           "CLAIM script per batch of free slots; one ACK script call per event-loop turn for every job that ended "
+           "in it",
            keeps_result_acks_after=True),
     System("saq", "SAQ", "saq", None, "default", "saq_enqueue", "yes: job key rewritten with the result (TTL 600 s)",
            "after the run (LREM from the active list)",

@@ -266,8 +266,9 @@ def test_recommended_configuration_behaves_like_the_model(redis_server: Any) -> 
     (90 s at --speed 20) against the simulator. A 30-minute p95 varies a lot by chance alone (the model's own queue
     gives 4-27 s for a 12 s prediction in 90 % of such windows), so the chain from prediction to measurement is
     checked link by link: the holding time is the modelled one (±5 %); the waits are those of an ideal FIFO queue
-    of 10 servers fed with this run's own arrivals and holding times (p95 within ±15 % or 1 s, mean within ±20 %
-    or 0.3 s: no claim latency, no idle slot, no thread lost to the budget); and the measured p95 lies within the
+    of 10 servers fed with this run's own arrivals and holding times (p95 within ±15 % or 2 s, mean within ±20 %
+    or 0.3 s: no idle slot, no thread lost to the budget, and no claim latency beyond scheduling: at --speed 20 a
+    model second is 50 ms of real time, which a loaded 2-core machine's scheduler alone can cost); and the measured p95 lies within the
     0.5-99.5 % band of the model's own queue over windows of this length (so a perfect model fails this link in
     1 % of runs by construction). Longer runs: bench/p7_planner.py."""
     p7 = _p7()
@@ -282,7 +283,7 @@ def test_recommended_configuration_behaves_like_the_model(redis_server: Any) -> 
     assert (p["threads"], p["concurrency"], p["max_replicas"]) == (10, 5, 2)
     assert m.solved >= 0.9 * m.tasks * (90 - 15) / 90
     assert m.measured_service_mean_s == pytest.approx(p["mean_service_s"], rel=0.05)
-    assert m.measured_p95_wait_s == pytest.approx(m.replayed_p95_wait_s, rel=0.15, abs=1.0)
+    assert m.measured_p95_wait_s == pytest.approx(m.replayed_p95_wait_s, rel=0.15, abs=2.0)
     assert m.measured_mean_wait_s == pytest.approx(m.replayed_mean_wait_s, rel=0.2, abs=0.3)
     assert band["q0.5"] <= m.measured_p95_wait_s <= band["q99.5"]
     assert band["q5"] < p["p95_wait_s"] < band["q95"]  # the band is the prediction's

@@ -6,7 +6,8 @@ values-examples/e2e-pods.yaml, the images of images.sh), one release per Helm ma
           never more than the plan's threads in flight at the simulator; lists empty -> 0 pods; every worker that
           stopped exited 0 after finishing its in-flight solves (no SIGKILL; grace > drain >= solve timeout)
   switch  keda.enabled false -> true keeps the running worker count (no drop to 1)
-  3       helm test --logs; helm rollback; kubectl delete pod mid-solve; the Redis pod restarted, data kept (AOF)
+  3       helm test --logs; helm rollback (its pre-rollback hook holds the limit); kubectl delete pod mid-solve;
+          the Redis pod restarted, data kept (AOF)
   4       NetworkPolicies on (ingress and egress): what they allow still works (kube-proxy does not enforce them)
   2       helm upgrade --set captchaai.threads up and down while a backlog runs; maxReplicaCount follows and the
           simulator never sees a submission over the plan being rolled out (lowering: the pre-upgrade hook holds the
@@ -469,15 +470,24 @@ def scenario_3(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     rel.upgrade("worker.logLevel=debug")
     changed = kjson("-n", rel.ns, "get", "deploy", rel.worker)["spec"]["template"]["metadata"]["annotations"]
     expect(changed["checksum/config"] != template["checksum/config"], "the logLevel upgrade did not change the pods")
+    r, holder = rel.redis(), f":rollout-{rel.name}"
+
+    def holds() -> list[str]:
+        return [m for m in cast(list[str], r.zrange("{captcha}:limits", 0, -1)) if m.endswith(holder)]
+
+    r.zrem("{captcha}:limits", *holds() or ["-"])
     rel.helm_cmd("rollback", rel.name, str(before), "--wait", "--timeout", "3m")
+    held = holds()
+    expect(bool(held), "helm rollback ran no pre-rollback limit hook: no rollout hold in {captcha}:limits")
     after = kjson("-n", rel.ns, "get", "deploy", rel.worker)["spec"]["template"]["metadata"]["annotations"]
     history = json.loads(rel.helm_cmd("history", rel.name, "-o", "json").stdout)
     expect(after == template, f"rollback to {before} did not restore the pod template: {after} != {template}")
     expect(history[-1]["description"] == f"Rollback to {before}", f"history: {history[-1]}")
     expect(kjson("-n", rel.ns, "get", "scaledobject", rel.worker)["status"]["conditions"][0]["status"] == "True",
            "ScaledObject not Ready after the rollback")
-    f["rollback"] = f"to revision {before}: template restored, ScaledObject Ready"
-    say(f"{rel.helm}: 3: helm test --logs ok; rollback to {before} restored the pod template")
+    f["rollback"] = f"to revision {before}: template restored, ScaledObject Ready, hook held {held[0]}"
+    say(f"{rel.helm}: 3: helm test --logs ok; rollback to {before} restored the pod template; its hook held "
+        f"{held[0]} in Redis")
     f["delete_pod"] = delete_pod_mid_solve(rel)
     f["delete_while_starting"] = delete_while_starting(rel)
     f["redis_restart"] = restart_redis(rel)
