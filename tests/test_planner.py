@@ -268,9 +268,9 @@ def test_recommended_configuration_behaves_like_the_model(redis_server: Any) -> 
     checked link by link: the holding time is the modelled one (±5 %); the waits are those of an ideal FIFO queue
     of 10 servers fed with this run's own arrivals and holding times (p95 within ±15 % or 2 s, mean within ±20 %
     or 0.3 s: no idle slot, no thread lost to the budget, and no claim latency beyond scheduling: at --speed 20 a
-    model second is 50 ms of real time, which a loaded 2-core machine's scheduler alone can cost); and the measured p95 lies within the
-    0.5-99.5 % band of the model's own queue over windows of this length (so a perfect model fails this link in
-    1 % of runs by construction). Longer runs: bench/p7_planner.py."""
+    model second is 50 ms of real time, which a loaded 2-core machine's scheduler alone can cost); and the
+    measured p95 lies within the 0.5-99.5 % band of the model's own queue over windows of this length (so a perfect
+    model fails this link in 1 % of runs by construction). Longer runs: bench/p7_planner.py."""
     p7 = _p7()
     m = p7.measure(p7.Case("893/h", MIX, 10), speed=20, duration_s=90, warmup_s=15, seed=7)
     p, band = m.predicted, m.band_p95_wait_s
