@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.connection import Connection
 
 from captcha_worker import metrics
 from captcha_worker.config import RedisConfig, RedisMode, Secret
@@ -70,6 +73,24 @@ async def test_oom_from_a_real_server_is_an_outage(redis: Redis, redis_server: o
         assert refusal(info.value) is Refusal.OOM
     finally:
         await redis.config_set("maxmemory", "0")
+
+
+async def test_a_connection_closed_under_a_command_in_flight_is_an_outage(redis_server: Any) -> None:
+    """The cluster client drops a failed node's connections while another coroutine is writing on one of them
+    (seen in the Cluster failover chaos run): redis-py then raises AttributeError from its own send path, not a
+    ConnectionError (redis-py #4287). The interleaving, on a real connection: another coroutine disconnects it
+    while this one awaits its health check."""
+    conn = Connection(host="127.0.0.1", port=redis_server.port)
+    await conn.connect()
+
+    async def closed_meanwhile() -> None:
+        await conn.disconnect()
+
+    conn.check_health = closed_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(AttributeError) as info:
+        await conn.send_packed_command(b"PING\r\n")
+    assert refusal(info.value) is Refusal.CONNECTION
+    assert refusal(AttributeError("'NoneType' object has no attribute 'writelines'")) is None, "a bug of ours is not"
 
 
 async def test_the_factory_applies_every_setting(redis_server: object) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
+from captcha_worker.connection import NotReplicated
 from captcha_worker.queue import (
     SEED_RESULTS_HASH,
     Ack,
@@ -24,6 +27,8 @@ from captcha_worker.queue import (
     is_raw_item,
 )
 from captcha_worker.task import Result, Status
+from tests.helpers import free_port
+from tests.procs import RedisServer
 
 #: lease s, prefixes, max bytes, dead cap, worker, its limit (none), the tenants' waiting lists
 LEASE_ARGS: list[str | int] = [60, "{tq}:task:", "{tq}:result:", 1_048_576, 100, "w", -1, "{tq}:waiting:"]
@@ -581,3 +586,32 @@ async def test_seed_results_hash_is_bounded_by_a_ttl(q: RedisQueue, any_redis: R
     await q.write_seed_result("a1", '{"status":"success"}', ttl=60)
     assert await any_redis.hget(SEED_RESULTS_HASH, "a1") == '{"status":"success"}'
     assert 0 < await any_redis.ttl(SEED_RESULTS_HASH) <= 60
+
+
+# -- durability (REDIS_WAIT_REPLICAS) on a real master and replica -------------------------------------------
+async def test_a_retried_push_is_not_confirmed_by_an_older_connection(redis_server: Any, tmp_path: Any) -> None:
+    """WAIT counts the writes of its own connection only, and a retried push of a known id writes nothing: that
+    retry, on another connection of the pool, must not be confirmed while the replica lags behind the first push,
+    or a failover loses a task the producer was told is safe. On Redis 7 a connection's WAIT waits for the
+    master's offset as of its last command, written or not, so it is not confirmed; this pins that the queue's
+    durable push relies on nothing weaker."""
+    with RedisServer(free_port(), str(tmp_path), extra=["--replicaof", "127.0.0.1", str(redis_server.port)]) as rep:
+        master = Redis.from_url(redis_server.url, decode_responses=True)
+        await master.flushall()
+        for _ in range(100):
+            if (await master.info("replication")).get("slave0", {}).get("state") == "online":
+                break
+            await asyncio.sleep(0.1)
+        assert rep.proc is not None
+        assert await RedisQueue(master, "tq", wait_replicas=1, wait_timeout_ms=2000).push([("a", body("a"))], ttl=100)
+        rep.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(NotReplicated):
+                await RedisQueue(master, "tq", wait_replicas=1, wait_timeout_ms=300).push([("b", body("b"))], ttl=100)
+            other = Redis.from_url(redis_server.url, decode_responses=True)  # a connection that never wrote
+            with pytest.raises(NotReplicated):  # b is known: the retry's PUSH writes nothing
+                await RedisQueue(other, "tq", wait_replicas=1, wait_timeout_ms=300).push([("b", body("b"))], ttl=100)
+            await other.aclose()
+        finally:
+            rep.proc.send_signal(signal.SIGCONT)
+        await master.aclose()

@@ -32,7 +32,9 @@ prefixes it does not map (``BUSY``, ``NOREPLICAS``) keep their prefix and are re
 =============  ===========================================  =================================================
 refusal        raised as (redis-py)                         typical cause
 =============  ===========================================  =================================================
-connection     ConnectionError (not auth), OSError          server down, restarting, network partition
+connection     ConnectionError (not auth), OSError;         server down, restarting, network partition; a
+               AttributeError / TypeError from redis-py's   connection dropped under a command in flight
+               connection or asyncio's transport code       (the cluster client on a failover, redis-py #4287)
 timeout        TimeoutError                                 server stalled (SIGSTOP, long fork), packet loss
 loading        BusyLoadingError (``LOADING``)               the server is loading its dataset after a restart
 oom            OutOfMemoryError (``OOM``)                   ``maxmemory`` reached with ``noeviction``
@@ -171,11 +173,29 @@ _CLUSTER_MESSAGES: tuple[tuple[str, Refusal], ...] = (
 )
 
 
+#: where a connection closed under a command in flight (the cluster client drops a failed node's connections while
+#: another coroutine writes on one) raises a transport-internal AttributeError or TypeError instead of a
+#: ConnectionError: ``'NoneType' object has no attribute 'writelines'`` (redis-py #4287)
+_TRANSPORT_FILES = ("/redis/asyncio/connection.py", "/asyncio/streams.py", "/asyncio/selector_events.py")
+
+
+def _closed_under_us(exc: BaseException) -> bool:
+    """An AttributeError or TypeError raised inside redis-py's connection or asyncio's transport code."""
+    if not isinstance(exc, AttributeError | TypeError):
+        return False
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith(_TRANSPORT_FILES)
+
+
 def refusal(exc: BaseException) -> Refusal | None:
     """The outage `exc` denotes, or None when it is not one (a bug, a wrong key type, a script error)."""
     for cls, why in _BY_TYPE:
         if isinstance(exc, cls):
             return why
+    if _closed_under_us(exc):
+        return Refusal.CONNECTION
     if isinstance(exc, rexc.ResponseError):
         text = str(exc).split(_PIPELINE_PREFIX, 1)[-1].lstrip("('\"")  # it quotes the original as a tuple
         for prefix, why in _BY_PREFIX:
