@@ -224,7 +224,8 @@ async def test_a_payload_that_kills_every_worker_ends_in_a_dead_letter(
         await RedisQueue(admin, "captcha").push([("poison", poison)], ttl=3600)
         await _push(admin, [f"p{i}" for i in range(n)], reply)
         with workers(2, env, tmp_path) as procs:
-            kills = await _kill_whoever_holds(admin, "poison", procs, until=lambda: _dead(admin), timeout=90)
+            kills = await _kill_whoever_holds(admin, "poison", procs, deaths_cap=deaths_cap,
+                                              until=lambda: _dead(admin), timeout=90)
             await wait_until(lambda: _answered(admin, reply, n + 1), 60, "every task answered")
             per_id = await replies(admin, reply)
             stats = sim.stats()
@@ -241,13 +242,15 @@ async def test_a_payload_that_kills_every_worker_ends_in_a_dead_letter(
     assert all(notes[f"p{i}"].status.value == "solved" for i in range(n)), "the other tasks are not failed"
 
 
-async def _kill_whoever_holds(admin: Redis, task_id: str, procs: list[WorkerProc], *,
+async def _kill_whoever_holds(admin: Redis, task_id: str, procs: list[WorkerProc], *, deaths_cap: int,
                               until: Callable[[], Awaitable[bool]], timeout: float) -> int:
+    """SIGKILL the worker that holds the task, as a payload that crashes its worker would: only while the task
+    has fewer than `deaths_cap` deaths (at the cap the worker dead-letters it instead of running it)."""
     kills, deadline = 0, time.monotonic() + timeout
     while not await until() and time.monotonic() < deadline:
-        owner = await admin.hget(KEYS.task(task_id), "owner")
-        victim = next((p for p in procs if owner and p.alive() and p.proc is not None
-                       and f"-{p.proc.pid}-" in owner), None)
+        owner, deaths = await admin.hmget(KEYS.task(task_id), ["owner", "deaths"])
+        victim = next((p for p in procs if owner and int(deaths or 0) < deaths_cap and p.alive()
+                       and p.proc is not None and f"-{p.proc.pid}-" in owner), None)
         if victim is not None:
             victim.signal(signal.SIGKILL)
             await asyncio.to_thread(victim.wait, 10)
