@@ -151,7 +151,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
-
 # KEYS[1] pending  then per task: KEYS[2k] task hash, KEYS[2k+1] result | ARGV[1] ttl  ARGV[2] '1' = push to
 # the front  ARGV[3..] id, body pairs.   A task whose id is known (hash or result exists) is left alone: a
 # repeated submit is a no-op.  Returns how many tasks were new.
