@@ -236,6 +236,14 @@ go_tool() {
   store_shared "$name" "$out" "$want" "$version"
 }
 
+reports() {  # reports <name> <version> <command...>: the command's version output names <version>
+  # Read the whole output before matching: `cmd | grep -q` under pipefail fails whenever grep exits at the first
+  # match while cmd still writes (a Go binary dies of SIGPIPE: CI's "built ct does not report v3.14.0").
+  local name=$1 want=$2 out; shift 2
+  out=$("$@" 2>/dev/null) || true
+  case $out in *"$want"*) ;; *) die "$name" "built $name does not report $want (it printed: ${out%%$'\n'*})";; esac
+}
+
 store_shared() {  # store_shared <name> <binary> <module@version> <version>: keep a copy for fresh clones
   local name=$1 out=$2 want=$3 version=$4
   [ -n "$SHARED_CACHE" ] || return 0
@@ -330,7 +338,7 @@ if wants ct; then
     ln -sfn "$CT_VERSION" "$TOOLS/ct/current"
     ln -sf ../ct-venv/bin/yamllint "$BIN/yamllint"
     ln -sf ../ct-venv/bin/yamale "$BIN/yamale"
-    "$BIN/ct" version 2>/dev/null | grep -q "${CT_VERSION#v}" || die ct "built ct does not report $CT_VERSION"
+    reports ct "${CT_VERSION#v}" "$BIN/ct" version
     log ct "ct $CT_VERSION, yamllint $YAMLLINT_VERSION, yamale $YAMALE_VERSION; config .tools/ct/current"
   fi
 fi
@@ -355,10 +363,10 @@ if wants release; then
     fi
   done
   if [ $check -eq 0 ]; then
-    "$BIN/registry" --version 2>/dev/null | grep -q "$DISTRIBUTION_VERSION" || die registry "built registry does not report $DISTRIBUTION_VERSION"
-    "$BIN/cosign" version 2>/dev/null | grep -q "$COSIGN_VERSION" || die cosign "built cosign does not report $COSIGN_VERSION"
-    "$BIN/syft" version 2>/dev/null | grep -q "${SYFT_VERSION#v}" || die syft "built syft does not report $SYFT_VERSION"
-    "$BIN/oras" version 2>/dev/null | grep -q "${ORAS_VERSION#v}" || die oras "built oras does not report $ORAS_VERSION"
+    reports registry "$DISTRIBUTION_VERSION" "$BIN/registry" --version
+    reports cosign "$COSIGN_VERSION" "$BIN/cosign" version
+    reports syft "${SYFT_VERSION#v}" "$BIN/syft" version
+    reports oras "${ORAS_VERSION#v}" "$BIN/oras" version
   fi
 fi
 
