@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # captcha-solver worker image: `captcha-worker` (run | simulator | check | stats | ...).
-#   docker build -t captcha-solver:0.1.0 .
+#   docker build -t captcha-solver:0.2.0 .
 # Stage 1 builds the project wheel and the wheels of its dependencies; stage 2 installs them into a venv on a clean
 # slim base: no compiler, no build frontend, no source tree, and pip removed from the venv. PYTHON_IMAGE selects the
 # base (the end-to-end test builds this file unmodified on a local Debian base).
@@ -18,7 +18,7 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
 
 FROM ${PYTHON_IMAGE}
 ARG PYTHON_IMAGE
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 LABEL org.opencontainers.image.title="captcha-solver" \
       org.opencontainers.image.description="Queue-driven CaptchaAI solving worker (Redis queue, KEDA-autoscaled)" \
       org.opencontainers.image.version="${VERSION}" \

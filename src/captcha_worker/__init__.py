@@ -1,3 +1,3 @@
 """captcha-solver: queue-driven CaptchaAI solving service (worker, producer library, simulator)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -24,15 +24,29 @@
 {{- end -}}
 
 {{/*
-The worker Deployment's spec.replicas while KEDA scales it: the count the cluster runs now, read back (lookup), so
-that `helm upgrade` never resets it -- neither on the switch keda.enabled false -> true (the previous manifest had
-`replicas`, and Helm 3's three-way merge and Helm 4's server-side apply would both drop it to the default 1) nor on
-any later upgrade. "" on a first install and in `helm template` (no cluster): the field is then left out.
+The worker Deployment's spec.replicas while KEDA scales it: "" (the field left out) or the live count read back.
+Left out on a first install and in `helm template` (nothing live), and once the HPA/KEDA own the field: under server-
+side apply (Helm 4) the live object's managedFields say who owns spec.replicas; when no Apply manager (Helm) owns
+it, it was last written by the HPA or KEDA (an Update of the scale subresource), and an apply that named it would
+conflict with them (it did in e2e-pods, ssa_replicas_conflicts: 1) -- leaving it out changes nothing. The live count is
+rendered (1) on the switch keda.enabled false -> true under server-side apply, while Helm still owns the field it set
+as worker.replicas: leaving it out would reset the Deployment to the default 1; the HPA's first write takes it over;
+(2) under Helm 3's client-side three-way merge (no Apply manager): a field dropped from the previous manifest is
+deleted (reset to 1), and a merge patch cannot conflict, so the chart keeps writing the count it read.
 */}}
 {{- define "captcha-solver.worker.liveReplicas" -}}
 {{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (include "captcha-solver.worker.fullname" .) -}}
 {{- if and $live (hasKey (default dict $live.spec) "replicas") -}}
-{{- int $live.spec.replicas -}}
+{{- $applied := false -}}
+{{- $ownsReplicas := false -}}
+{{- range (default list (default dict $live.metadata).managedFields) -}}
+{{- if eq (toString .operation) "Apply" -}}
+{{- $applied = true -}}
+{{- $spec := get (default dict .fieldsV1) "f:spec" -}}
+{{- if and (kindIs "map" $spec) (hasKey $spec "f:replicas") -}}{{- $ownsReplicas = true -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if or (not $applied) $ownsReplicas -}}{{- int $live.spec.replicas -}}{{- end -}}
 {{- end -}}
 {{- end -}}
 
