@@ -172,17 +172,20 @@ class Api:
 @dataclass
 class PingbackReceiver:
     """An HTTP server on 127.0.0.1 that records the query of every GET it receives, and its headers in
-    ``headers`` (same order; ``status`` is what it answers)."""
+    ``headers`` (same order; ``status`` is what it answers); every POST (a JSON-API callbackUrl) as its headers
+    and body in ``posts``."""
 
     status: int = 200
     hits: list[Mapping[str, str]] = field(default_factory=list)
     headers: list[Mapping[str, str]] = field(default_factory=list)
+    posts: list[tuple[Mapping[str, str], bytes]] = field(default_factory=list)
     url: str = ""
     _runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> PingbackReceiver:
         app = web.Application()
         app.router.add_get("/{tail:.*}", self._hit)
+        app.router.add_post("/{tail:.*}", self._post)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -199,6 +202,19 @@ class PingbackReceiver:
         self.headers.append(dict(request.headers))
         self.hits.append(dict(request.query))
         return web.Response(status=self.status, text="ok")
+
+    async def _post(self, request: web.Request) -> web.Response:
+        self.posts.append((dict(request.headers), await request.read()))
+        return web.Response(status=self.status, text="ok")
+
+    async def wait_posts(self, n: int = 1, timeout: float = 5.0) -> list[tuple[Mapping[str, str], bytes]]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self.posts) < n:
+            if loop.time() > deadline:
+                raise AssertionError(f"{len(self.posts)} callback POSTs after {timeout} s, expected {n}")
+            await asyncio.sleep(0.02)
+        return self.posts
 
     async def wait(self, n: int = 1, timeout: float = 5.0) -> list[Mapping[str, str]]:
         loop = asyncio.get_running_loop()

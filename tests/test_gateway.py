@@ -271,7 +271,7 @@ async def test_bodies_over_the_cap_get_413_and_tasks_over_the_limit_an_image_err
         reply = await api.call("in.php", {"method": "base64", "body": big[:30_000]}, via="form")
         assert (reply.status, reply.json["request"]) == (200, "ERROR_TOO_BIG_CAPTCHA_FILESIZE")
         assert await redis.llen(RedisQueue(redis, QUEUE).keys.pending) == 0
-        assert gm.REQUESTS.labels("in", "HTTP_4XX")._value.get() >= 3
+        assert gm.REQUESTS.labels("v1", "in", "HTTP_4XX")._value.get() >= 3
 
 
 # -- res.php --------------------------------------------------------------------------------------------------------

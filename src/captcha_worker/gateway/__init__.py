@@ -1,4 +1,5 @@
-"""A CaptchaAI-compatible gateway: ``/in.php`` and ``/res.php`` in front of the queue, so any CaptchaAI (or
+"""A CaptchaAI-compatible gateway: ``/in.php`` and ``/res.php`` (and the JSON API's ``/createTask`` family) in
+front of the queue, so any CaptchaAI (or
 2captcha-style) client library, in any language, solves through the pool by changing its base URL; one plan is
 shared by several tenants, each with its own key and its share of the plan's threads.
 
@@ -12,6 +13,8 @@ Redis settings, ``QUEUE_NAME``; docs/gateway.md). Sections:
 * :mod:`.app` — the handlers: the protocol module (``simulator.protocol``) reads requests and writes replies,
   the codes come from ``codes``, validation from ``task``; tasks are pushed with ``queue``, polls answered with
   ``client.CaptchaQueue.peek``.
+* :mod:`.jsonapi` — the JSON API (``createTask``, ``getTaskResult``, ``getBalance``, the reports) on the same
+  port: ``protocols.jsonapi*`` read and write it, every concern above is the v1 handlers' code.
 * :mod:`.results` — results off the shared reply list (per-tenant metrics, callbacks) and the in-flight scan.
 * :mod:`.callbacks` — ``pingback=URL`` calls: allow-listed hosts, checked addresses, HMAC-signed, bounded retries.
 * :mod:`.metrics` — the gateway's own Prometheus registry.

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -36,7 +36,7 @@ from captcha_worker.captchaai import ApiError, CaptchaAI
 from captcha_worker.client import CaptchaQueue, Expired, Failed, Outcome, Solved
 from captcha_worker.codes import Code, ErrorClass
 from captcha_worker.connection import Refusal, describe_refusal, refusal
-from captcha_worker.gateway import ids
+from captcha_worker.gateway import callbacks, ids
 from captcha_worker.gateway import metrics as gm
 from captcha_worker.gateway.callbacks import check_url
 from captcha_worker.gateway.config import GatewayConfig, Tenant
@@ -53,6 +53,12 @@ _log = logging.getLogger("captcha_worker.gateway")
 REPLY_TO = "gateway"
 _PUSH_TRIES = 5  # fresh numbers drawn when one hits a known id
 Reply = tuple[str, web.Response]  # the code answered (for the metrics) and the response
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Throttled:
+    wait_s: float  # until the tenant's next token
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,45 +123,61 @@ class Gateway:
             try:
                 req = await protocol.read_request(request)
             except web.HTTPRequestEntityTooLarge:
-                gm.REQUESTS.labels(endpoint, "HTTP_4XX").inc()
+                gm.REQUESTS.labels(gm.V1, endpoint, "HTTP_4XX").inc()
                 raise
             if endpoint == "res_other":
                 endpoint = _res_endpoint(Action.parse(req.action))
             code, response = await self._serve(req, endpoint, handler)
-            gm.REQUESTS.labels(endpoint, code_label(code)).inc()
-            gm.REQUEST_DURATION.labels(endpoint).observe(time.monotonic() - started)
+            gm.REQUESTS.labels(gm.V1, endpoint, code_label(code)).inc()
+            gm.REQUEST_DURATION.labels(gm.V1, endpoint).observe(time.monotonic() - started)
             return response
 
         return route
 
     async def _serve(self, req: ApiRequest, endpoint: str,
                      handler: Callable[[ApiRequest, Tenant], Awaitable[Reply]]) -> Reply:
-        tenant = self.tenants.identify(req.key)
+        tenant = self.admit(req.key)
+        if isinstance(tenant, Code):
+            return _error(req, tenant)
+        if isinstance(tenant, Throttled):
+            return _throttled(req, endpoint, tenant.wait_s)
+        reply = await self.guarded(handler(req, tenant), endpoint)
+        return reply if reply is not None else _error(req, Code.ERROR_SERVER_ERROR)
+
+    def admit(self, key: str) -> Tenant | Code | Throttled:
+        """The tenant a key is (``tenants``), within its rate limit; else the refusal, counted. Both protocols'
+        requests pass here first."""
+        tenant = self.tenants.identify(key)
         if isinstance(tenant, Code):
             gm.REJECTED.labels(gm.UNAUTHENTICATED, "bad_key").inc()
-            return _error(req, tenant)
+            return tenant
         wait = self.tenants.admit(tenant)
         if wait is not None:
             gm.REJECTED.labels(tenant.name, "rate_limited").inc()
-            return _throttled(req, endpoint, wait)
+            return Throttled(wait)
+        return tenant
+
+    async def guarded(self, work: Awaitable[T], endpoint: str) -> T | None:
+        """`work`'s value; None when it raised (a Redis outage marks the gateway unready, anything else is logged
+        by its type only): the caller answers its protocol's "retry later" error, never a traceback."""
         try:
-            reply = await handler(req, tenant)
+            value = await work
         except Exception as exc:
             why = refusal(exc)
             if why is None:
                 log.event(_log, "request_failed", logging.ERROR, endpoint=endpoint, error=type(exc).__name__)
             else:
                 self.health.failed(why, endpoint)
-            return _error(req, Code.ERROR_SERVER_ERROR)
+            return None
         self.health.ok()
-        return reply
+        return value
 
     # -- in.php and solve.php --------------------------------------------------------------------------------
     async def _in(self, req: ApiRequest, tenant: Tenant) -> Reply:
-        submitted = await self._submit(req, tenant, self.cfg.task_deadline_seconds)
+        submitted = await self.submit(req, tenant, self.cfg.task_deadline_seconds, req.text("pingback").strip())
         if not isinstance(submitted, Submitted):
-            return submitted
-        gm.SUBMITTED.labels(tenant.name).inc()
+            return _error(req, submitted)
+        gm.SUBMITTED.labels(gm.V1, tenant.name).inc()
         number = submitted.number
         return "OK", protocol.ok(req, number if submitted.kind.method == "userrecaptcha" else str(number))
 
@@ -166,10 +188,10 @@ class Gateway:
         if kind is None or kind.shape is not AnswerShape.TEXT:
             return _error(req, Code.ERROR_BAD_PARAMETERS)
         timeout = self.cfg.solve_timeout_seconds
-        submitted = await self._submit(req, tenant, timeout)
+        submitted = await self.submit(req, tenant, timeout, req.text("pingback").strip())
         if not isinstance(submitted, Submitted):
-            return submitted
-        gm.SUBMITTED.labels(tenant.name).inc()
+            return _error(req, submitted)
+        gm.SUBMITTED.labels(gm.V1, tenant.name).inc()
         outcome = await self._wait(ids.task_id(tenant.name, submitted.number), timeout)
         if isinstance(outcome, Solved):
             return "OK", protocol.answer(req, Answer(outcome.solution, outcome.user_agent))
@@ -192,20 +214,22 @@ class Gateway:
         finally:
             self.waiters.pop(task_id, None)
 
-    async def _submit(self, req: ApiRequest, tenant: Tenant, deadline_s: float) -> Submitted | Reply:
-        """Validate and queue one submission: its number and kind, or the refusal to answer."""
+    async def submit(self, req: ApiRequest, tenant: Tenant, deadline_s: float, pingback: str, *,
+                     callback_protocol: str = callbacks.V1) -> Submitted | str:
+        """Validate and queue one submission (in v1 fields: the JSON API's ``jsonapi_tasks`` maps a task to
+        them): its number and kind, or the CaptchaAI code refusing it. `pingback` is called when it ends, in
+        `callback_protocol`'s form."""
         kind, req = protocol.submission(req)
         if kind is None:
-            return _error(req, Code.ERROR_BAD_PARAMETERS)
-        pingback = req.text("pingback").strip()
+            return Code.ERROR_BAD_PARAMETERS
         if pingback and check_url(tenant.pingback, pingback) is not None:
-            return _error(req, Code.ERROR_BAD_PARAMETERS)
+            return Code.ERROR_BAD_PARAMETERS
         task = self._task(req, tenant, deadline_s)
         if isinstance(task, Invalid):
-            return _error(req, codes.wire_code(task.code))
-        number = await self._push(task, tenant, pingback)
+            return codes.wire_code(task.code)
+        number = await self._push(task, tenant, callbacks.stored(callback_protocol, pingback) if pingback else "")
         if number is None:
-            return _error(req, Code.ERROR_TOO_BIG_CAPTCHA_FILESIZE)
+            return Code.ERROR_TOO_BIG_CAPTCHA_FILESIZE
         return Submitted(number, kind)
 
     def _task(self, req: ApiRequest, tenant: Tenant, deadline_s: float) -> Task | Invalid:
@@ -265,34 +289,43 @@ class Gateway:
         return _error(req, Code.ERROR_WRONG_CAPTCHA_ID)  # ResultExpired, UnknownTask
 
     async def _balance(self, req: ApiRequest, tenant: Tenant) -> Reply:
+        value = await self.balance(tenant)
+        return ("OK", protocol.balance(req, value)) if isinstance(value, float) else _error(req, value)
+
+    async def balance(self, tenant: Tenant) -> float | str:
+        """The tenant's configured ``balance`` (the plan's, with GATEWAY_UPSTREAM_BALANCE), or the code refusing."""
         if self.upstream is None or not self.cfg.upstream_balance:
-            return "OK", protocol.balance(req, tenant.balance)
+            return float(tenant.balance)
         try:
-            return "OK", protocol.balance(req, await self.upstream.getbalance())
+            return float(await self.upstream.getbalance())
         except ApiError as exc:
-            return _error(req, _upstream_code(exc))
+            return _upstream_code(exc)
 
     async def _report(self, req: ApiRequest, tenant: Tenant, action: Action) -> Reply:
-        """Forwarded with the CaptchaAI id the worker recorded on the result (``captcha_id``). Without an upstream
-        key the report is counted here only (and answered as recorded)."""
         number = req.text("id").strip()
         if not protocol.ID_RE.fullmatch(number):
             return _error(req, Code.ERROR_WRONG_ID_FORMAT)
+        refused = await self.report(tenant, number, bad=action is Action.REPORTBAD)
+        return ("OK", protocol.report(req)) if refused is None else _error(req, refused)
+
+    async def report(self, tenant: Tenant, number: str | int, *, bad: bool) -> str | None:
+        """Forwarded with the CaptchaAI id the worker recorded on the result (``captcha_id``). Without an upstream
+        key the report is counted here only (and answered as recorded). None when recorded, else the code."""
         (stored,) = await self.queue.lookup([ids.task_id(tenant.name, number)])
         result = _solved_result(stored)
         if result is None:
-            return _error(req, Code.ERROR_WRONG_CAPTCHA_ID)
+            return Code.ERROR_WRONG_CAPTCHA_ID
         if self.upstream is not None:
             captcha_id = result.get("captcha_id")
             if not isinstance(captcha_id, str | int) or not protocol.ID_RE.fullmatch(str(captcha_id)):
-                return _error(req, Code.ERROR_WRONG_CAPTCHA_ID)  # recorded by a worker that keeps no id
+                return Code.ERROR_WRONG_CAPTCHA_ID  # recorded by a worker that keeps no id
             try:
-                send = self.upstream.reportbad if action is Action.REPORTBAD else self.upstream.reportgood
+                send = self.upstream.reportbad if bad else self.upstream.reportgood
                 await send(str(captcha_id))
             except ApiError as exc:
-                return _error(req, _upstream_code(exc))
-        gm.REPORTS.labels(tenant.name, "bad" if action is Action.REPORTBAD else "good").inc()
-        return "OK", protocol.report(req)
+                return _upstream_code(exc)
+        gm.REPORTS.labels(tenant.name, "bad" if bad else "good").inc()
+        return None
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------

@@ -14,6 +14,11 @@ one; the URL's own query is kept), as CaptchaAI's pingback, with two headers::
     X-Captcha-Timestamp: <unix seconds>
     X-Captcha-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>\\n<id>\\n<code>\\n<user_agent or empty>")>
 
+A JSON-API task's ``callbackUrl`` (``createTask``) is called as Anti-Captcha and CapMonster Cloud call theirs:
+``POST URL`` with the getTaskResult body of the task (plus its ``taskId``) as ``application/json``, signed over
+the body: ``X-Captcha-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>\n<body>")>``. The callback key holds
+the URL with the protocol in front (:func:`stored`), so the replica that takes it knows which call to make.
+
 A non-2xx answer, a timeout or a connection error is retried (``GATEWAY_CALLBACK_ATTEMPTS`` tries in all, 1 s then
 doubling, jittered); at most :data:`CONCURRENCY` calls run at once and :data:`MAX_PENDING` wait, beyond which a
 call is dropped and counted as failed. Only the tenant, the host and the outcome are logged, never the query.
@@ -47,6 +52,18 @@ MAX_PENDING = 10_000
 SIGNATURE_HEADER = "X-Captcha-Signature"
 TIMESTAMP_HEADER = "X-Captcha-Timestamp"
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+V1, JSON = "v1", "json"  # the callback's protocol: a pingback GET, a callbackUrl POST
+_JSON_PREFIX = "json "  # before the URL in the callback key (a URL has no space)
+
+
+def stored(protocol: str, url: str) -> str:
+    """What the callback key holds for a URL called in `protocol`'s form."""
+    return _JSON_PREFIX + url if protocol == JSON else url
+
+
+def parse_stored(value: str) -> tuple[str, str]:
+    """(protocol, URL) of a callback key's value."""
+    return (JSON, value[len(_JSON_PREFIX):]) if value.startswith(_JSON_PREFIX) else (V1, value)
 
 
 class Refused(Exception):
@@ -73,6 +90,11 @@ def check_url(policy: PingbackPolicy | None, url: str) -> str | None:
 def signature(secret: str, timestamp: str, query: Mapping[str, str]) -> str:
     message = "\n".join((timestamp, query["id"], query["code"], query.get("user_agent", "")))
     return "v1=" + hmac.new(secret.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
+def body_signature(secret: str, timestamp: str, body: bytes) -> str:
+    """A callbackUrl POST's signature: over the timestamp and the exact body bytes."""
+    return "v1=" + hmac.new(secret.encode(), timestamp.encode() + b"\n" + body, hashlib.sha256).hexdigest()
 
 
 def address_allowed(address: Address, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
@@ -112,7 +134,8 @@ def _check(address: Address, networks: tuple[ipaddress.IPv4Network | ipaddress.I
 class Call:
     tenant: Tenant
     url: str
-    query: Mapping[str, str]  # id, code, user_agent (optional)
+    query: Mapping[str, str]  # id, code, user_agent (optional); a JSON callback's are unused
+    body: bytes | None = None  # a JSON-API callbackUrl: POSTed as application/json
 
 
 class Callbacks(BackgroundCalls):
@@ -159,11 +182,17 @@ class Callbacks(BackgroundCalls):
         if url.host is None or not policy.host_allowed(url.host):  # checked at in.php; the policy may have changed
             raise Refused("its host is not on the tenant's pingback hosts")
         address = await resolve(url.host, url.port or 80, policy.networks)
-        target = url.with_host(str(address)).update_query(dict(call.query))
         stamp = str(int(time.time()))
-        headers = {"Host": url.raw_authority.rsplit("@", 1)[-1], TIMESTAMP_HEADER: stamp,
-                   SIGNATURE_HEADER: signature(policy.secret.value, stamp, call.query)}
+        headers = {"Host": url.raw_authority.rsplit("@", 1)[-1], TIMESTAMP_HEADER: stamp}
         server_name = url.host if url.scheme == "https" else None
+        if call.body is not None:
+            headers[SIGNATURE_HEADER] = body_signature(policy.secret.value, stamp, call.body)
+            headers["Content-Type"] = "application/json"
+            async with self._session.post(url.with_host(str(address)), data=call.body, headers=headers,
+                                          allow_redirects=False, server_hostname=server_name) as resp:
+                return resp.status
+        headers[SIGNATURE_HEADER] = signature(policy.secret.value, stamp, call.query)
+        target = url.with_host(str(address)).update_query(dict(call.query))
         async with self._session.get(target, headers=headers, allow_redirects=False,
                                      server_hostname=server_name) as resp:
             return resp.status

@@ -23,6 +23,9 @@ from captcha_worker.metrics import PREFIX, REDIS_REFUSALS, SOLVE_BUCKETS, WAIT_B
 
 UNAUTHENTICATED = "unauthenticated"
 ENDPOINTS = ("in", "solve", "res_get", "res_threadsinfo", "res_getbalance", "res_report", "res_other")
+JSON_ENDPOINTS = ("create_task", "get_task_result", "get_balance", "report", "json_other")
+V1, JSON = "v1", "json"  # the `protocol` label: in.php/res.php, the JSON API (createTask & co)
+PROTOCOLS = (V1, JSON)
 TENANT_OUTCOMES = ("solved", "error", "expired")
 CALLBACK_OUTCOMES = ("delivered", "failed", "refused")
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -31,10 +34,10 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 _G = f"{PREFIX}gateway_"
 _T = f"{PREFIX}tenant_"
 
-REQUESTS = Counter(f"{_G}requests_total", "Requests answered by this gateway, by endpoint and the code answered.",
-                   ["api_endpoint", "code"], registry=REGISTRY)
-REQUEST_DURATION = Histogram(f"{_G}request_duration_seconds", "Time to answer a request, by endpoint.",
-                             ["api_endpoint"], buckets=REQUEST_BUCKETS, registry=REGISTRY)
+REQUESTS = Counter(f"{_G}requests_total", "Requests answered by this gateway, by protocol, endpoint and the code "
+                   "answered.", ["protocol", "api_endpoint", "code"], registry=REGISTRY)
+REQUEST_DURATION = Histogram(f"{_G}request_duration_seconds", "Time to answer a request, by protocol and endpoint.",
+                             ["protocol", "api_endpoint"], buckets=REQUEST_BUCKETS, registry=REGISTRY)
 REJECTED = Counter(f"{_G}rejected_total", "Requests refused before any Redis access: a bad key (tenant "
                    "`unauthenticated`) or the tenant's rate limit.", ["tenant", "reason"], registry=REGISTRY)
 CALLBACKS = Counter(f"{_G}callbacks_total", "Pingback calls: delivered (2xx), failed (after the retries) or "
@@ -44,8 +47,8 @@ REDIS_ERRORS = Counter(f"{_G}redis_errors_total", "Redis operations that failed 
                        ["reason"], registry=REGISTRY)
 BUILD_INFO = Gauge(f"{_G}build_info", "Build information.", ["version", "python"], registry=REGISTRY)
 
-SUBMITTED = Counter(f"{_T}submitted_total", "Tasks a tenant submitted through in.php (accepted and queued).",
-                    ["tenant"], registry=REGISTRY)
+SUBMITTED = Counter(f"{_T}submitted_total", "Tasks a tenant submitted (accepted and queued), by protocol: in.php "
+                    "and solve.php (v1), createTask (json).", ["protocol", "tenant"], registry=REGISTRY)
 TASKS = Counter(f"{_T}tasks_total", "A tenant's tasks that ended, by outcome (solved, error, expired).",
                 ["tenant", "outcome"], registry=REGISTRY)
 IN_FLIGHT = Gauge(f"{_T}in_flight", "A tenant's solves in flight now: its plan-budget units (cluster-wide, read "
@@ -77,7 +80,8 @@ def init(tenants: Iterable[tuple[str, int, int]]) -> None:
         RESERVED.labels(name).set(reserved)
         IN_FLIGHT.labels(name).set(0)
         WAITING.labels(name).set(0)
-        SUBMITTED.labels(name)
+        for protocol in PROTOCOLS:
+            SUBMITTED.labels(protocol, name)
         THREAD_SECONDS.labels(name)
         REJECTED.labels(name, "rate_limited")
         for report in ("bad", "good"):

@@ -22,10 +22,10 @@ from contextlib import suppress
 
 from captcha_worker import codes, log
 from captcha_worker.connection import refusal
-from captcha_worker.gateway import ids
+from captcha_worker.gateway import ids, jsonapi
 from captcha_worker.gateway import metrics as gm
 from captcha_worker.gateway.app import REPLY_TO, Gateway
-from captcha_worker.gateway.callbacks import Call, Callbacks
+from captcha_worker.gateway.callbacks import JSON, Call, Callbacks, parse_stored
 from captcha_worker.gateway.config import Tenant
 from captcha_worker.queue import TenantShare, as_awaitable
 from captcha_worker.task import Result, Status
@@ -87,8 +87,13 @@ class ResultReader:
             for _, result in ended:
                 pipe.getdel(keys.callback(result.id))
             urls = await pipe.execute()
-        for (tenant, result), url in zip(ended, urls, strict=True):
-            if url:
+        for (tenant, result), value in zip(ended, urls, strict=True):
+            if not value:
+                continue
+            protocol, url = parse_stored(str(value))
+            if protocol == JSON:
+                self.callbacks.send(Call(tenant, url, {}, jsonapi.callback_body(result)))
+            else:
                 self.callbacks.send(Call(tenant, url, query(result)))
 
 

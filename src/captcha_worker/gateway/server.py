@@ -25,6 +25,7 @@ from captcha_worker.gateway import metrics as gm
 from captcha_worker.gateway.app import REPLY_TO, Gateway
 from captcha_worker.gateway.callbacks import Callbacks
 from captcha_worker.gateway.config import GatewayConfig
+from captcha_worker.gateway.jsonapi import JsonApi
 from captcha_worker.gateway.results import ResultReader, share_loop
 from captcha_worker.gateway.tenants import Tenants
 from captcha_worker.metrics import ProbeServer
@@ -68,7 +69,9 @@ class GatewayServer:
         await callbacks.start()
         if upstream is not None:
             await upstream.__aenter__()
-        api = web.AppRunner(gateway.make_app(), access_log=None, handle_signals=False, shutdown_timeout=5.0,
+        app = gateway.make_app()
+        JsonApi(gateway).add_routes(app)
+        api = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0,
                             logger=log.RequestErrorLogger(_http_log, "http_error"))
         probes = ProbeServer(cfg.metrics_host, cfg.metrics_port, gateway.health.readiness, registry=gm.REGISTRY)
         try:
