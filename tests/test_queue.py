@@ -133,8 +133,8 @@ async def test_renew_extends_and_reports_lost_leases(q: RedisQueue, any_redis: R
     await q.claim(2, lease_s=5)
     before = await any_redis.zscore(q.keys.leases, "a")
     await any_redis.zrem(q.keys.leases, "b")
-    lost = await q.renew(["a", "b"], lease_s=60)
-    assert lost == ["b"]
+    renewed = await q.renew(["a", "b"], lease_s=60)
+    assert renewed.lost == ["b"] and renewed.recounted == []
     assert await any_redis.zscore(q.keys.leases, "a") > before + 50
 
 
@@ -492,7 +492,7 @@ async def test_a_batch_with_bytes_that_are_not_utf8_is_claimed_item_by_item(q: R
     assert [c.body is not None for c in claimed] == [True, False, False, False, True]
     assert [c.unit for c in claimed] == ["t:a", None, None, None, "t:b"]
     assert await any_redis.zcard(q.keys.leases) == 5
-    assert await q.renew([b"\xff\xfe\x00poison", "gone"], lease_s=30) == ["gone"]
+    assert (await q.renew([b"\xff\xfe\x00poison", "gone"], lease_s=30)).lost == ["gone"]
 
 
 async def test_a_raw_item_over_the_limit_is_dead_lettered_by_the_claim_itself(redis: Redis) -> None:

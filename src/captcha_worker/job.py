@@ -117,6 +117,8 @@ class Job:
     stats: SolveStats = field(default_factory=SolveStats)
     resume: Resume | None = None  # a solve an earlier owner left running at the API
     record: PendingRecord | None = None  # the RECORD of the captcha id, once sent
+    settling: bool = False  # its outcome (ACK, BURY, RELEASE, ADOPT) is being written: a lease gone is no loss
+    lease_lost: bool = False  # the heartbeat found its lease gone while it ran (a stall): no longer renewed
 
     @classmethod
     def from_claim(cls, c: Claimed) -> Job:
@@ -138,6 +140,11 @@ class Job:
     def hold_s(self) -> float:
         """How long this job's solve may still be running at the API (its unit stays counted that long)."""
         return self.stats.running_s(time.time())
+
+    def settle(self) -> Job:
+        """Its outcome is about to be written: from now on its lease going is no loss (the heartbeat says nothing)."""
+        self.settling = True
+        return self
 
     def current_unit(self) -> str | None:
         """The unit that counts this job's solve: the claimed one, or a stray one (see budget.stray_unit)."""
@@ -172,11 +179,11 @@ class JobRunner:
                     await self._bury(job, f"the worker failed on this payload ({type(exc).__name__})",
                                      Code.WORKER_ERROR, task_id=None, reply_to=None, view=self._view(job.item))
                 else:  # counted as a failure, so that MAX_ATTEMPTS ends a task the worker keeps failing on
-                    await self.host.queue.release(job.item, failure=True, front=False, last_error="worker error",
-                                                  **self._settle_args(job))
+                    await self.host.queue.release(job.settle().item, failure=True, front=False,
+                                                  last_error="worker error", **self._settle_args(job))
 
     async def _give_back(self, job: Job) -> None:
-        await self.host.queue.release(job.item, failure=False, front=True, last_error="worker shut down",
+        await self.host.queue.release(job.settle().item, failure=False, front=True, last_error="worker shut down",
                                       **self._settle_args(job))
 
     def _settle_args(self, job: Job) -> dict[str, Any]:
@@ -214,7 +221,7 @@ class JobRunner:
             return None
         task_id = cast(str, claimed.item)
         if claimed.done:
-            await self.host.redis("ack", self.host.queue.ack, job.item, None)
+            await self.host.redis("ack", self.host.queue.ack, job.settle().item, None)
             metrics.TASKS.labels("unknown", "duplicate").inc()
             return None
         if claimed.flag is ClaimFlag.BODY_TOO_LARGE:
@@ -242,7 +249,7 @@ class JobRunner:
             await self._bury(job, parsed.reason, parsed.code, task_id=parsed.task_id, reply_to=parsed.reply_to,
                              view=self._view(raw), raw=True)
             return
-        adopted = await self.host.redis("adopt", self.host.queue.adopt, raw, parsed.id, parsed.body(),
+        adopted = await self.host.redis("adopt", self.host.queue.adopt, job.settle().item, parsed.id, parsed.body(),
                                         ttl=self.cfg.task_ttl_seconds)
         if adopted is False:
             metrics.TASKS.labels(metrics.kind_label(parsed.kind.name), "duplicate").inc()
@@ -324,8 +331,8 @@ class JobRunner:
         full = self._full_result(job, task, result, solved_at)
         if job.record is not None:
             job.record.cancel()  # not sent yet: the ACK carries the captcha id and settles the unit itself
-        won = await self.writes.ack(Ack(job.item, full, task.reply_to, unit=job.current_unit(), hold_s=job.hold_s(),
-                                        worker=self.host.id))
+        won = await self.writes.ack(Ack(job.settle().item, full, task.reply_to, unit=job.current_unit(),
+                                        hold_s=job.hold_s(), worker=self.host.id))
         label, stats = job.kind_label, job.stats
         outcome = result.status.value if won else "duplicate"
         metrics.TASKS.labels(label, outcome).inc()
@@ -352,7 +359,7 @@ class JobRunner:
                             attempts=job.attempt, worker_deaths=job.deaths,
                             timings=Timings(claimed_at=job.claimed_at, finished_at=time.time()))
         q = self.host.queue
-        done = await self.host.redis("bury", q.bury, job.item, entry, result=result, reply_to=reply_to,
+        done = await self.host.redis("bury", q.bury, job.settle().item, entry, result=result, reply_to=reply_to,
                                      dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
                                      reply_ttl=REPLY_TTL_S, raw=raw, worker=self.host.id, unit=job.current_unit(),
                                      hold_s=job.hold_s())
@@ -372,7 +379,7 @@ class JobRunner:
                                   seed_entry(result, self.host.id), ttl=self.cfg.result_ttl_seconds)
 
     async def _release(self, job: Job, *, failure: bool, front: bool, why: str) -> None:
-        await self.host.redis("release", self.host.queue.release, job.item, failure=failure, front=front,
+        await self.host.redis("release", self.host.queue.release, job.settle().item, failure=failure, front=front,
                               last_error=why, **self._settle_args(job))
         metrics.TASKS.labels(job.kind_label, "released").inc()
         event(log, "task_released", id=item_ref(job.item), why=why, failure_counted=failure,

@@ -87,13 +87,18 @@ Transitions of one item (each arrow is one atomic step):
                                    dropped when its id is known already (a repeated push)
     RECORD         in.php answered: captcha id on the task hash, its unit held until the id can no longer
                                    be answered
-    RENEW          lease expiry pushed forward by the owning worker's heartbeat (units: ``budget``)
+    RENEW          the owning worker's heartbeat: per item, its lease and its unit a lease longer, together,
+                                   only while the lease exists and no other worker owns the task (a
+                                   finished item's unit is never re-created)
     ACK            processing + lease -> result (NX) + reply push  (task body dropped, tombstone kept; unit
                                                                    released, or held while the API may still
                                                                    be solving)
     BURY           processing + lease -> dead (+ result + reply push when the id is known)
     RELEASE        processing + lease -> pending (front or back; an API-side failure counted or not; the unit
                                    held while the solve may still run, so the next owner resumes it)
+                   ACK, BURY and RELEASE are fenced by the task's owner: a worker that lost its task to
+                                   another one (it stalled past its lease) leaves the item, its lease and
+                                   the task hash alone; its ACK only delivers its result (first writer wins)
     REAP           expired lease, or lease-less item older than the orphan grace -> pending (front; a death
                                    counted). The unit is left to expire or to be resumed.
     REQUEUE_DEAD   dead -> pending (counts reset) while the task body is still stored
@@ -106,9 +111,9 @@ Transitions of one item (each arrow is one atomic step):
                                    each tenant's units in flight and waiting tasks
 
 The budget (``budget.py``, ``RedisQueue.budget``): CLAIM and LEASE *acquire* a unit with the claim, the heartbeat
-*renews* a job's unit with its lease, ACK / BURY / RELEASE *release* it (or hold it while the API may still be
-solving), and the *limit* in effect is the smallest one in ``{q}:limits`` (``Budget.acquire / renew / release /
-limit / state`` outside the scripts).
+*renews* a job's unit with its lease (in RENEW, one step), ACK / BURY / RELEASE *release* it (or hold it while the API
+may still be solving), and the *limit* in effect is the smallest one in ``{q}:limits`` (``Budget.acquire / renew /
+release / limit / state`` outside the scripts).
 
 A reaper runs in every worker; REAP is one script, so two reapers never requeue an item twice (LREM decides).
 A task requeued while its solve may still be running at CaptchaAI (its worker died, drained past the grace, or
@@ -302,20 +307,30 @@ end
 return reply(STOP_NONE, fields)
 """
 
-# KEYS[1] leases | ARGV[1] lease s  ARGV[2..] items.   Renews leases still present and returns the items whose
-# lease is gone (reaped).
+# KEYS[1] leases  KEYS[2] budget | ARGV[1] lease s  ARGV[2] worker  ARGV[3] task key prefix  then per item: item,
+# task id ('' for a raw item), unit ('' none).   Per item, atomically: while its lease exists and its task is not
+# owned by another worker, the lease and the unit are kept a lease from now (a hold is never shortened; a unit that
+# had expired while its worker stalled is counted again, its solve runs on). An item whose lease is gone (acked,
+# buried, released or reaped) or whose task another worker owns is left alone, unit included: a unit is renewed
+# only with its lease. Returns {items not renewed, units counted again}.
 _RENEW = _NOW + """
-local leases, lease_s = KEYS[1], tonumber(ARGV[1])
-local lost = {}
-for i = 2, #ARGV do  -- ARGV[2..]: the items
-  local item = ARGV[i]
-  if redis.call('ZSCORE', leases, item) then
-    redis.call('ZADD', leases, now + lease_s, item)
-  else
+local RENEW_ARGS, FIRST_ARG = 3, 4
+local leases, units, lease_s, worker, task_prefix = KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local lost, recounted = {}, {}
+for i = FIRST_ARG, #ARGV, RENEW_ARGS do
+  local item, tid, unit = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local owner = tid ~= '' and redis.call('HGET', task_prefix .. tid, 'owner')
+  if not redis.call('ZSCORE', leases, item) or (owner and owner ~= worker) then
     lost[#lost + 1] = item
+  else
+    redis.call('ZADD', leases, now + lease_s, item)
+    if unit ~= '' then
+      if not redis.call('ZSCORE', units, unit) then recounted[#recounted + 1] = unit end
+      redis.call('ZADD', units, 'GT', now + lease_s, unit)
+    end
   end
 end
-return lost
+return {lost, recounted}
 """
 
 # KEYS[1] processing  KEYS[2] leases  KEYS[3] task hash (of the id)  KEYS[4] orphans  KEYS[5] result (of the id)
@@ -394,11 +409,14 @@ for i = 0, acks - 1 do
   end
 end
 """ + _DELIVER + """
+-- A worker that no longer owns the task (it stalled past its lease and another one claimed it) only delivers its
+-- result (first writer wins): the item, its lease and the task hash stay the new owner's.
 local function ack(task, result_key, reply_key, item, result, worker, unit, hold_s, captcha)
-  redis.call('LREM', processing, 1, item)
-  redis.call('ZREM', leases, item)
   local mine, owned = owns(task, worker)
   budget_settle(units, unit, hold_s, mine)
+  if not mine then return deliver(result_key, reply_key, result, result_ttl, reply_ttl) end
+  redis.call('LREM', processing, 1, item)
+  redis.call('ZREM', leases, item)
   local won = deliver(result_key, reply_key, result, result_ttl, reply_ttl)
   if result ~= '' and (owned or redis.call('EXISTS', task) == 1) then  -- an owner: the hash exists
     -- HSET first: a hash left without fields would be deleted, and its TTL lost. The tombstone keeps the captcha id
@@ -430,7 +448,8 @@ return won
 # ARGV[5] result ttl  ARGV[6] reply ttl  ARGV[7] '1' = the item is a raw payload naming the id: answer only an
 # unknown id (never pre-empt the result of a real task of that id)  ARGV[8] worker  ARGV[9] unit ('' none)
 # ARGV[10] seconds to hold it.   Returns {buried, answered}: buried 0 when the item was no longer in processing;
-# answered 1 when the result was written.
+# answered 1 when the result was written. A caller that no longer owns the task (another worker claimed it) buries
+# nothing: {0, 0}.
 _BURY = _NOW + _DELIVER + """
 local processing, leases, dead, task, result_key, reply_key, units = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
   KEYS[6], KEYS[7]
@@ -439,7 +458,7 @@ local item, entry, dead_cap, result, result_ttl, reply_ttl = ARGV[1], ARGV[2], t
 local raw, worker, unit, hold_s = ARGV[7] == '1', ARGV[8], ARGV[9], tonumber(ARGV[10])
 local mine = raw or owns(task, worker)
 budget_settle(units, unit, hold_s, mine)
-if redis.call('LREM', processing, 1, item) == 0 then return {0, 0} end
+if not mine or redis.call('LREM', processing, 1, item) == 0 then return {0, 0} end
 redis.call('ZREM', leases, item)
 redis.call('LPUSH', dead, entry)
 redis.call('LTRIM', dead, 0, dead_cap - 1)
@@ -455,27 +474,26 @@ return {1, deliver(result_key, reply_key, result, result_ttl, reply_ttl)}
 # KEYS[1] processing  KEYS[2] leases  KEYS[3] pending  KEYS[4] task hash  KEYS[5] budget | ARGV[1] item  ARGV[2]
 # '1' = count an API-side failure  ARGV[3] '1' = front  ARGV[4] last error ('' = keep)  ARGV[5] worker  ARGV[6] unit
 # ('' none)  ARGV[7] seconds the solve may still run at the API (0: it is over)  ARGV[8] its captcha id ('' none).
-# Returns 1 if requeued.  With a solve still running, the id is recorded and the unit held: the next owner
-# resumes the solve instead of submitting again.
+# Returns 1 if requeued; 0 when the item is no longer in processing or another worker owns the task now (the caller
+# stalled past its lease: the item is that worker's).  With a solve still running, the id is recorded and the unit
+# held: the next owner resumes the solve instead of submitting again.
 _RELEASE = _NOW + _DELIVER + """
 local processing, leases, pending, task, units = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local item, failure, front, last_error = ARGV[1], ARGV[2] == '1', ARGV[3] == '1', ARGV[4]
 local worker, unit, hold_s, captcha = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
 local mine = owns(task, worker)
 budget_settle(units, unit, hold_s, mine)
-if redis.call('LREM', processing, 1, item) == 0 then return 0 end
+if not mine or redis.call('LREM', processing, 1, item) == 0 then return 0 end
 redis.call('ZREM', leases, item)
 if front then redis.call('LPUSH', pending, item) else redis.call('RPUSH', pending, item) end
 if redis.call('EXISTS', task) == 1 then
   if failure then redis.call('HINCRBY', task, 'failures', 1) end
   if last_error ~= '' then redis.call('HSET', task, 'last_error', last_error) end
-  if mine then
-    redis.call('HDEL', task, 'owner')
-    if hold_s > 0 and captcha ~= '' then
-      redis.call('HSET', task, 'captcha_id', captcha, 'captcha_until', string.format('%.3f', now + hold_s))
-    elseif hold_s <= 0 then
-      redis.call('HDEL', task, 'captcha_id', 'captcha_until')
-    end
+  redis.call('HDEL', task, 'owner')
+  if hold_s > 0 and captcha ~= '' then
+    redis.call('HSET', task, 'captcha_id', captcha, 'captcha_until', string.format('%.3f', now + hold_s))
+  elseif hold_s <= 0 then
+    redis.call('HDEL', task, 'captcha_id', 'captcha_until')
   end
 end
 return 1
@@ -793,6 +811,20 @@ class Ack:
 
 
 @dataclass(slots=True)  # built per task: no frozen __setattr__ cost
+class Renewal:
+    """A job's heartbeat: its item's lease, and the budget unit renewed with it (None: none)."""
+
+    item: Text
+    unit: str | None = None
+
+
+@dataclass(frozen=True)
+class Renewed:
+    lost: list[Text]  # items not renewed: their lease is gone, or another worker owns their task
+    recounted: list[str]  # units that had expired (a stall) and are counted again: their solves run on
+
+
+@dataclass(slots=True)  # built per task: no frozen __setattr__ cost
 class Record:
     """in.php answered: the task's solve is `captcha_id`, answerable `window_s` more seconds."""
 
@@ -1025,11 +1057,18 @@ class RedisQueue:
         return None if done == -1 else done == 1
 
     # lease upkeep -----------------------------------------------------------------------------------------
-    async def renew(self, items: Sequence[Text], *, lease_s: float) -> list[Text]:
-        """Extend leases; returns items whose lease is gone."""
+    async def renew(self, items: Sequence[Text | Renewal], *, lease_s: float, worker: str = "") -> Renewed:
+        """RENEW: extend the leases of `worker`'s items and, with each, its budget unit (an item alone: no unit).
+        Returns the items not renewed (lease gone, or the task owned by another worker) and the units that had
+        expired and are counted again."""
         if not items:
-            return []
-        return [as_text(v) for v in await self._eval_raw(self._renew, [self.keys.leases], [lease_s, *items])]
+            return Renewed([], [])
+        args: list[Any] = [lease_s, worker, self.keys.task_prefix]
+        for one in items:
+            r = one if isinstance(one, Renewal) else Renewal(one)
+            args += (r.item, _tid(r.item), r.unit or "")
+        lost, recounted = await self._eval_raw(self._renew, [self.keys.leases, self.keys.budget], args)
+        return Renewed([as_text(v) for v in lost], [cast(str, _str_or_none(u)) for u in recounted])
 
     def _count_keys(self) -> list[str]:
         k = self.keys
@@ -1159,7 +1198,7 @@ class RedisQueue:
         a raw payload naming `result.id`; a task of that id that exists already is then not answered.
         Returns (buried, answered)."""
         k = self.keys
-        tid = result.id if result else NO_TASK_ID
+        tid = result.id if result else _tid(item)
         (done,) = await self._run_many([(
             self._bury,
             [k.processing, k.leases, k.dead, k.task(tid), k.result(tid), self._reply_key(reply_to, tid), k.budget],

@@ -52,7 +52,7 @@ from captcha_worker.config import WorkerConfig
 from captcha_worker.connection import Client, Refusal, connect, describe_refusal, is_cross_slot, refusal
 from captcha_worker.job import Api, Job, JobRunner
 from captcha_worker.log import event
-from captcha_worker.queue import Claimed, ClaimFlag, ClaimReply, QueueStats, RedisQueue, Report, item_ref
+from captcha_worker.queue import Claimed, ClaimFlag, ClaimReply, QueueStats, RedisQueue, Renewal, Report, item_ref
 
 log = logging.getLogger("captcha_worker.worker")
 T = TypeVar("T")
@@ -478,18 +478,32 @@ class Worker:
         cfg = self.cfg
         period = cfg.lease_seconds / 3
         while not await self._pause(min(period, 5.0)):
-            jobs = list(self._jobs.values())
-            lost = await self._redis("renew", self.queue.renew, [j.item for j in jobs],
-                                     lease_s=cfg.lease_seconds) or []
-            for item in lost:
-                metrics.LEASES_LOST.inc()
-                event(log, "lease_lost", logging.WARNING, item=item_ref(item))
-            units = [u for j in jobs if (u := j.current_unit())]
-            gone = await self._redis("budget_renew", self.queue.budget.renew, units, lease_s=cfg.lease_seconds) or []
-            if gone:
-                event(log, "budget_units_lost", logging.WARNING, count=len(gone),
-                      hint="they had expired (a stall): counted again, their solves run on")
+            await self._renew()
             await self._register()
+
+    async def _renew(self) -> None:
+        """RENEW the leases of the running jobs, each with its unit, in one atomic step per item. The script renews
+        nothing whose lease is gone, so a task finished meanwhile (its outcome written after this snapshot) never
+        gets its unit back; its lease is reported gone, which is no loss when the job's outcome is on its way or
+        written. A job whose lease is gone while it still runs lost its task (a stall): logged once, never renewed
+        again (its solve's unit, if any, was held by RECORD). A job settling keeps its lease renewed until its
+        outcome lands (an ACK retried through an outage must not lose its lease)."""
+        jobs = [j for j in self._jobs.values() if not j.lease_lost]
+        renewed = await self._redis("renew", self.queue.renew, [Renewal(j.item, j.current_unit()) for j in jobs],
+                                    lease_s=self.cfg.lease_seconds, worker=self.id)
+        if renewed is None:
+            return
+        by_item = {j.item: j for j in jobs}
+        for item in renewed.lost:
+            job = by_item.get(item)
+            if job is None or job.settling:
+                continue  # its outcome was written meanwhile (or is being): that removed the lease
+            job.lease_lost = True
+            metrics.LEASES_LOST.inc()
+            event(log, "lease_lost", logging.WARNING, item=item_ref(item))
+        if renewed.recounted:
+            event(log, "budget_units_lost", logging.WARNING, count=len(renewed.recounted),
+                  hint="they had expired (a stall): counted again, their solves run on")
 
     async def _reaper_loop(self) -> None:
         cfg = self.cfg
