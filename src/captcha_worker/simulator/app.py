@@ -1,4 +1,9 @@
-"""The simulated account and its HTTP handlers: ``/in.php``, ``/res.php``, ``/solve.php`` and ``/_sim/*``."""
+"""The simulated account and its HTTP handlers: ``/in.php``, ``/res.php``, ``/solve.php``, the JSON API
+(``/createTask``, ``/getTaskResult``, ``/getBalance``, the report methods: ``protocols.jsonapi``) and ``/_sim/*``.
+
+A JSON-API task is mapped to CaptchaAI's method and params (``protocols.jsonapi_tasks``) and then accepted exactly
+as in.php accepts it (the same checks, faults, plan threads, ids); its errors are the JSON API's numbered ones
+(``protocols.jsonapi_errors.from_v1``). A ``callbackUrl`` is POSTed the getTaskResult body when the task ends."""
 
 from __future__ import annotations
 
@@ -18,6 +23,10 @@ from aiohttp import web
 from captcha_worker import log
 from captcha_worker.codes import Code
 from captcha_worker.methods import Answer, AnswerShape, Kind
+from captcha_worker.protocols import jsonapi
+from captcha_worker.protocols.jsonapi import JsonRequest, Method
+from captcha_worker.protocols.jsonapi_errors import JsonError, from_v1
+from captcha_worker.protocols.jsonapi_tasks import Refused, map_task, solution
 from captcha_worker.simulator import protocol
 from captcha_worker.simulator.answers import ANSWER_INPUTS
 from captcha_worker.simulator.bans import BanList
@@ -105,6 +114,7 @@ class Simulator:
             pingbacks_failed=c.pingbacks_failed, at_cap_seconds=s.meter.at_cap_s,
             busy_thread_seconds=s.meter.busy_s, window_seconds=window,
             utilisation=s.meter.busy_s / (s.threads * window) if window > 0 else 0.0,
+            json_calls={m.value: c.calls_json[m] for m in Method},
         )
 
     def task_view(self, task_id: int) -> TaskView | None:
@@ -136,7 +146,10 @@ class Simulator:
                 self._counters.solved += 1
             self._expiry.append(((task.ready_at or now) + self._config.retention_seconds, task.id))
             if task.pingback and self._config.pingback:
-                self._pingbacks.send(task.id, task.pingback, None if task.unsolvable else task.answer())
+                if task.callback_json:
+                    self._pingbacks.post(task.id, task.pingback, self._json_body(task, with_id=True))
+                else:
+                    self._pingbacks.send(task.id, task.pingback, None if task.unsolvable else task.answer())
 
     def _count_pingback(self, delivered: bool) -> None:
         if delivered:
@@ -153,6 +166,8 @@ class Simulator:
             route = self._route(endpoint, handler)
             app.router.add_get(f"/{endpoint.value}", route, allow_head=False)
             app.router.add_post(f"/{endpoint.value}", route)
+        for path, method in jsonapi.PATHS.items():
+            app.router.add_route("*", f"/{path}", self._json_route(method))
         if self._config.introspection:
             app.router.add_get("/_sim/stats", self._http_stats)
             app.router.add_post("/_sim/reset", self._http_reset)
@@ -216,11 +231,16 @@ class Simulator:
         return None
 
     def _gate(self, ip: str, req: ApiRequest, now: float) -> web.Response | None:
-        """IP ban and key checks, common to every endpoint. Only a key that is there and wrong counts towards
-        an IP ban: a request without any key is a client bug, not a guess."""
+        code = self._gate_code(ip, req.key, now)
+        return None if code is None else self._fail(req, code)
+
+    def _gate_code(self, ip: str, key: str, now: float) -> str | None:
+        """IP ban and key checks, common to every endpoint of both protocols: the code refusing, or None. Only a
+        key that is there and wrong counts towards an IP ban: a request without any key is a client bug, not a
+        guess."""
         if self._bans.banned(ip, now):
-            return self._fail(req, Code.IP_BANNED)
-        key, keys = req.key, self._config.keys
+            return Code.IP_BANNED
+        keys = self._config.keys
         code = (Code.ERROR_WRONG_USER_KEY if not protocol.KEY_RE.fullmatch(key)
                 else Code.ERROR_KEY_DOES_NOT_EXIST if keys is not None and key not in keys else None)
         if code is None:
@@ -230,7 +250,7 @@ class Simulator:
             self._counters.ip_bans += 1
             log.event(_log, "simulator.ip_banned", logging.WARNING, ip=ip, seconds=self._config.ban_seconds,
                       strikes=self._config.ban_after)
-        return self._fail(req, code)
+        return code
 
     # -- in.php and solve.php --------------------------------------------------------------------------------
 
@@ -238,6 +258,8 @@ class Simulator:
         task = self._accept(req, now)
         if isinstance(task, web.Response):
             return task
+        if isinstance(task, str):
+            return protocol.error(req, task)
         return protocol.ok(req, task.id if task.kind.method == "userrecaptcha" else str(task.id))
 
     async def _solve(self, req: ApiRequest, now: float) -> web.Response:
@@ -245,6 +267,8 @@ class Simulator:
         task = self._accept(req, now, only=AnswerShape.TEXT)
         if isinstance(task, web.Response):
             return task
+        if isinstance(task, str):
+            return protocol.error(req, task)
         while task.ready_at is None or task.ready_at > now:
             wait = _SOLVE_WAIT_S if task.ready_at is None else min(_SOLVE_WAIT_S, task.ready_at - now)
             await asyncio.sleep(max(wait, 0.001))
@@ -252,21 +276,23 @@ class Simulator:
             self._advance(now)
         return self._result(req, task)
 
-    def _accept(self, req: ApiRequest, now: float, only: AnswerShape | None = None) -> SimTask | web.Response:
-        """Checks a submission and starts (or queues) its task; the error reply when it is refused."""
+    def _accept(self, req: ApiRequest, now: float, only: AnswerShape | None = None, *,
+                callback_json: bool = False) -> SimTask | str | web.Response:
+        """Checks a submission and starts (or queues) its task; the code refusing it (counted), or the HTTP 429
+        reply of ``over_cap=http429``."""
         kind, req = protocol.submission(req)
         if kind is None or (only is not None and kind.shape is not only):
-            return self._fail(req, Code.ERROR_BAD_PARAMETERS)
+            return self._refuse(Code.ERROR_BAD_PARAMETERS)
         limits = ImageLimits(self._config.min_image_bytes, self._config.max_image_bytes)
         code = check_submission(kind, req, limits)
         if code is not None:
-            return self._fail(req, code)
+            return self._refuse(code)
         if self._draw(Fault.SERVER_ERROR):
-            return self._fail(req, Code.ERROR_SERVER_ERROR)
+            return self._refuse(Code.ERROR_SERVER_ERROR)
         if not self._scheduler.has_room() and self._config.over_cap is not OverCap.QUEUE:
             self._counters.over_cap_rejections += 1
-            return self._over_cap(req)
-        task = self._new_task(kind, req, now)
+            return self._over_cap()
+        task = self._new_task(kind, req, now, callback_json)
         if self._scheduler.has_room():
             self._scheduler.start(task, now)
         else:
@@ -274,14 +300,17 @@ class Simulator:
         self._counters.submitted += 1
         return task
 
-    def _over_cap(self, req: ApiRequest) -> web.Response:
+    def _refuse(self, code: str) -> str:
+        self._counters.errors[code] += 1
+        return code
+
+    def _over_cap(self) -> str | web.Response:
         mode = self._config.over_cap
         if mode is OverCap.HTTP429:
             return web.Response(status=429, text="429 Too Many Requests", headers={"Retry-After": "5"})
-        return self._fail(req, Code.ERROR_ZERO_BALANCE if mode is OverCap.ZERO_BALANCE
-                          else Code.ERROR_NO_SLOT_AVAILABLE)
+        return self._refuse(Code.ERROR_ZERO_BALANCE if mode is OverCap.ZERO_BALANCE else Code.ERROR_NO_SLOT_AVAILABLE)
 
-    def _new_task(self, kind: Kind, req: ApiRequest, now: float) -> SimTask:
+    def _new_task(self, kind: Kind, req: ApiRequest, now: float, callback_json: bool = False) -> SimTask:
         self._next_id += self._rng.randint(1, 97)
         inputs = {k: v for k, v in req.fields.items() if k in ANSWER_INPUTS}
         task = SimTask(
@@ -289,7 +318,7 @@ class Simulator:
             seed=self._rng.getrandbits(64), wall=int(time.time()),
             unsolvable=self._draw(Fault.UNSOLVABLE),
             duration=self._config.latency_for(kind).sample(self._rng, self._config.speed),
-            pingback=pingback_url(req) or "",
+            pingback=pingback_url(req) or "", callback_json=callback_json,
         )
         self._tasks[task.id] = task
         return task
@@ -342,6 +371,85 @@ class Simulator:
         else:
             self._counters.reportbad += 1
         return protocol.report(req)
+
+    # -- the JSON API ----------------------------------------------------------------------------------------------
+
+    def _json_route(self, method: Method) -> _Route:
+        async def route(request: web.Request) -> web.Response:
+            self._counters.calls_json[method] += 1
+            faulty = self._transport_fault(request)
+            if faulty is not None:
+                return faulty
+            if self._draw(Fault.SLOW):
+                await asyncio.sleep(self._config.slow_seconds)
+            if request.method != "POST":
+                return self._json_fail(JsonError.NO_SUCH_METHOD, f"{method.value} is called with POST.")
+            body = await jsonapi.read_body(request, CLIENT_MAX_SIZE)
+            if isinstance(body, tuple):
+                return self._json_fail(*body)
+            now = self._clock()
+            self._advance(now)
+            code = self._gate_code(request.remote or "", body.client_key, now)
+            if code is not None:
+                return self._json_fail(from_v1(code))
+            return self._json_method(method, body, request, now)
+
+        return route
+
+    def _json_fail(self, err: JsonError, description: str | None = None) -> web.Response:
+        self._counters.errors[err.code] += 1
+        return jsonapi.error(err, description)
+
+    def _json_method(self, method: Method, body: JsonRequest, request: web.Request, now: float) -> web.Response:
+        match method:
+            case Method.CREATE_TASK:
+                return self._create_task(body, now)
+            case Method.GET_BALANCE:
+                return jsonapi.balance(self._config.balance)
+        task = self._json_lookup(body)
+        if task is None:
+            return self._json_fail(JsonError.NO_SUCH_CAPCHA_ID)
+        if method is Method.GET_TASK_RESULT:
+            if task.ready_at is None or task.ready_at > now:
+                return jsonapi.processing()
+            if task.unsolvable:
+                return self._json_fail(JsonError.CAPTCHA_UNSOLVABLE)
+            return jsonapi.reply(self._json_body(task, ip=request.remote or ""))
+        if method is Method.REPORT_CORRECT:
+            self._counters.reportgood += 1
+        else:
+            self._counters.reportbad += 1
+        return jsonapi.success()
+
+    def _create_task(self, body: JsonRequest, now: float) -> web.Response:
+        mapped = map_task(body.task)
+        if isinstance(mapped, Refused):
+            return self._json_fail(mapped.error, mapped.description)
+        fields = {**mapped.params, "key": body.client_key, "method": mapped.method}
+        url = body.callback_url
+        if url is not None:
+            if not url.startswith(("http://", "https://")):
+                return self._json_fail(JsonError.BAD_PARAMETERS, "callbackUrl must be an http(s) URL.")
+            fields["pingback"] = url
+        task = self._accept(ApiRequest(fields, {}), now, callback_json=url is not None)
+        if isinstance(task, web.Response):
+            return task
+        if isinstance(task, str):
+            return jsonapi.error(from_v1(task))
+        return jsonapi.created(task.id)
+
+    def _json_lookup(self, body: JsonRequest) -> SimTask | None:
+        task_id = body.task_id()
+        task = self._tasks.get(task_id) if task_id is not None else None
+        return task if task is not None and task.owner == body.client_key else None
+
+    def _json_body(self, task: SimTask, *, ip: str = "", with_id: bool = False) -> dict[str, object]:
+        """A finished task's getTaskResult body (a callbackUrl's also names the ``taskId``)."""
+        head: dict[str, object] = {"taskId": task.id} if with_id else {}
+        if task.unsolvable:
+            return {**head, **JsonError.CAPTCHA_UNSOLVABLE.body()}
+        return {**head, **jsonapi.ready_body(solution(task.kind, task.answer()), ip=ip, create_time=task.wall,
+                                             end_time=task.wall + task.duration, solve_count=1)}
 
     # -- /_sim/ ----------------------------------------------------------------------------------------------
 

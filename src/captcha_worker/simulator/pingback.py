@@ -3,12 +3,13 @@
 ``ERROR_CAPTCHA_UNSOLVABLE`` when it could not be solved). The other query parameters of the URL are kept.
 Deliveries run in the background, at most :attr:`Pingbacks.CONCURRENCY` at a time, each bounded by
 :attr:`Pingbacks.TIMEOUT_S`, without following redirects and without retries; a non-2xx answer counts as failed.
-Only the task id, the receiver's host and the outcome are logged, never the URL's query (it carries the answer)."""
+Only the task id, the receiver's host and the outcome are logged, never the URL's query (it carries the answer).
+A JSON-API ``callbackUrl`` is POSTed the task's getTaskResult body (with its ``taskId``) instead (:meth:`post`)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import aiohttp
@@ -37,12 +38,19 @@ class Pingbacks(BackgroundCalls):
         if not self.spawn(self._deliver(task_id, URL(url).update_query(query))):
             self._report(False)  # not serving (a Simulator used without its app)
 
-    async def _deliver(self, task_id: int, url: URL) -> None:
+    def post(self, task_id: int, url: str, body: Mapping[str, object]) -> None:
+        """POSTs a JSON-API task's result body to its callbackUrl in the background."""
+        if not self.spawn(self._deliver(task_id, URL(url), body)):
+            self._report(False)
+
+    async def _deliver(self, task_id: int, url: URL, body: Mapping[str, object] | None = None) -> None:
         assert self._session is not None
         outcome: dict[str, object] = {}
         async with self._slots:
             try:
-                async with self._session.get(url, allow_redirects=False) as resp:
+                request = (self._session.get(url, allow_redirects=False) if body is None
+                           else self._session.post(url, json=dict(body), allow_redirects=False))
+                async with request as resp:
                     if not 200 <= resp.status < 300:
                         outcome["status"] = resp.status
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:

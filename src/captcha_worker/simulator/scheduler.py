@@ -29,6 +29,7 @@ class SimTask:
     duration: float  # solve time once a thread is free
     ready_at: float | None = None  # None while queued
     pingback: str = ""  # URL to GET when solved ("" = none)
+    callback_json: bool = False  # a JSON-API callbackUrl: POST the getTaskResult body instead
 
     def answer(self) -> Answer:
         return make_answer(self.kind, random.Random(self.seed), self.inputs, self.wall)

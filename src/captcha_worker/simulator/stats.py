@@ -15,6 +15,7 @@ from captcha_worker.simulator.protocol import Action, Endpoint
 @dataclass
 class Counters:
     calls: Counter[Endpoint] = field(default_factory=Counter)
+    calls_json: Counter[str] = field(default_factory=Counter)  # JSON-API method -> calls
     actions: Counter[Action] = field(default_factory=Counter)
     faults: Counter[Fault] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)  # error code -> replies
@@ -58,6 +59,7 @@ class SimStats:
     busy_thread_seconds: float  # integral of in_flight over time
     window_seconds: float  # observation window: since start or the last reset
     utilisation: float  # busy_thread_seconds / (threads * window_seconds)
+    json_calls: Mapping[str, int] = field(default_factory=dict)  # per JSON-API method (createTask, ...)
 
     def as_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
