@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,6 +132,15 @@ def test_check_passes_against_a_healthy_setup(stack: Any) -> None:
     assert checks["plan"]["detail"].startswith("20 threads")
     text = run_cli("check", env=env_of(stack))
     assert text.returncode == 0 and text.stdout.splitlines()[0].startswith("ok")
+
+
+def test_check_reads_the_key_from_its_file(stack: Any, tmp_path: Path) -> None:
+    """The chart mounts the key as a file (CAPTCHAAI_KEY_FILE); `helm test` runs this check with it."""
+    env = env_of(stack)
+    key_file = tmp_path / "api-key"
+    key_file.write_text(env.pop("CAPTCHAAI_KEY") + "\n")
+    proc = run_cli("check", env={**env, "CAPTCHAAI_KEY_FILE": str(key_file)})
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0].startswith("ok"), proc.stdout
 
 
 def test_check_fails_on_a_bad_key_and_never_prints_it(stack: Any) -> None:

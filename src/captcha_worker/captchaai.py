@@ -310,6 +310,11 @@ class CaptchaAI:
         self._session: aiohttp.ClientSession | None = None
         self._latency: dict[str, LatencyModel] = {}
 
+    def set_key(self, key: Secret) -> None:
+        """Use `key` from the next request on (a rotated key: keyfile.watch_key_file); requests in flight finish
+        with the key they were sent with."""
+        self._key = key
+
     def latency_model(self, kind: methods.Kind) -> LatencyModel:
         """The solve-time model the poll schedule of `kind` uses (learned from this client's solves)."""
         model = self._latency.get(kind.name)

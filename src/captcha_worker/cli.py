@@ -28,6 +28,7 @@ from captcha_worker.config import (
     RedisConfig,
     Secret,
     WorkerConfig,
+    api_key_from_env,
     queue_name,
     redact_url,
 )
@@ -158,9 +159,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
     try:
         rc = RedisConfig.from_env(env)
         queue = queue_name(env)
-        key = env.get("CAPTCHAAI_KEY", "").strip()
-        if not key:
-            raise ConfigError("CAPTCHAAI_KEY is required: the CaptchaAI API key (32 characters)")
+        key, _ = api_key_from_env(env, checked=False)
         api_url = (env.get("CAPTCHAAI_URL") or DEFAULT_API_URL).rstrip("/")
         threads_text = env.get("CAPTCHAAI_THREADS", "").strip()
         threads = int(threads_text) if threads_text else None

@@ -21,6 +21,7 @@ DEFAULT_TASK_TTL = 86400
 DEFAULT_MAX_TASK_BYTES = 1_048_576
 DEFAULT_DEAD_LETTER_MAX = 10000
 _QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_KEY_FILE_MAX_BYTES = 4096  # a key file is 32 characters and a newline; anything far larger is not one
 
 
 class ConfigError(ValueError):
@@ -299,6 +300,8 @@ def compat_list(e: _Env, queue: str) -> str | None:
 class WorkerConfig:
     redis: RedisConfig
     api_key: Secret
+    api_key_file: str | None  # CAPTCHAAI_KEY_FILE: re-read every key_reload_seconds (keyfile.watch_key_file)
+    key_reload_seconds: float
     api_url: str
     threads: int  # plan threads: the cluster-wide budget
     concurrency: int  # solve slots in this process
@@ -329,9 +332,7 @@ class WorkerConfig:
     def from_env(env: Mapping[str, str] | None = None) -> WorkerConfig:
         env = os.environ if env is None else env
         e = _Env(env)
-        key = e.required("CAPTCHAAI_KEY", "the CaptchaAI API key (32 characters)")
-        if len(key) != 32 or not key.isalnum():
-            raise ConfigError(f"CAPTCHAAI_KEY must be 32 letters and digits (got {len(key)} characters)")
+        key, key_file = api_key_from_env(env)
         api_url = e.text("CAPTCHAAI_URL", DEFAULT_API_URL).rstrip("/")
         parts = urlsplit(api_url)
         if parts.scheme not in {"http", "https"} or not parts.hostname:
@@ -346,6 +347,8 @@ class WorkerConfig:
         return WorkerConfig(
             redis=RedisConfig.from_env(env),
             api_key=Secret(key),
+            api_key_file=key_file,
+            key_reload_seconds=e.number("KEY_RELOAD_SECONDS", 10.0, minimum=1.0),
             api_url=api_url,
             threads=threads,
             concurrency=concurrency,
@@ -372,3 +375,45 @@ class WorkerConfig:
             time_scale=e.number("API_TIME_SCALE", 1.0, minimum=0.001),
             log_level=log_level,
         )
+
+
+def check_api_key(key: str, source: str) -> str:
+    """`key` when it is shaped like a CaptchaAI key (32 letters and digits); the error never quotes it."""
+    if len(key) != 32 or not key.isalnum():
+        raise ConfigError(f"{source} must be 32 letters and digits (got {len(key)} characters)")
+    return key
+
+
+def read_key_file(path: str, *, checked: bool = True) -> str:
+    """The API key in the file `path` (a mounted Secret), whitespace stripped and (`checked`) shape-checked."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_KEY_FILE_MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"CAPTCHAAI_KEY_FILE points to a missing file: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"CAPTCHAAI_KEY_FILE cannot be read: {path}: {exc.strerror}") from None
+    if len(data) > _KEY_FILE_MAX_BYTES:
+        raise ConfigError(f"CAPTCHAAI_KEY_FILE is not a key file (over {_KEY_FILE_MAX_BYTES} bytes): {path}")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"CAPTCHAAI_KEY_FILE is not UTF-8 text: {path}") from None
+    return check_api_key(text, "CAPTCHAAI_KEY_FILE") if checked else text
+
+
+def api_key_from_env(env: Mapping[str, str], *, checked: bool = True) -> tuple[str, str | None]:
+    """(key, file): from CAPTCHAAI_KEY_FILE (then re-read while running) or CAPTCHAAI_KEY; exactly one.
+    `checked=False` (``captcha-worker check``) leaves the key's shape for the API to judge."""
+    e = _Env(env)
+    path = e.raw("CAPTCHAAI_KEY_FILE")
+    inline = e.raw("CAPTCHAAI_KEY")
+    if path is not None:
+        if inline is not None:
+            raise ConfigError("set CAPTCHAAI_KEY or CAPTCHAAI_KEY_FILE, not both")
+        key = read_key_file(path, checked=checked)
+        if not key:
+            raise ConfigError(f"CAPTCHAAI_KEY_FILE is empty: {path}")
+        return key, path
+    key = e.required("CAPTCHAAI_KEY", "the CaptchaAI API key (32 characters), or CAPTCHAAI_KEY_FILE: a file with it")
+    return (check_api_key(key, "CAPTCHAAI_KEY") if checked else key), None

@@ -24,6 +24,11 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
 
+    def add(self, secret: str) -> None:
+        """Scrub `secret` too from now on (a key reloaded while running)."""
+        if len(secret) >= 4 and secret not in self._secrets:
+            self._secrets = sorted({*self._secrets, secret}, key=len, reverse=True)
+
     def __call__(self, text: str) -> str:
         for secret in self._secrets:
             if secret in text:
@@ -52,6 +57,11 @@ class JsonFormatter(logging.Formatter):
 
 
 _active = [Redactor()]  # the redactor of the configured logs (setup replaces it)
+
+
+def add_secret(secret: str) -> None:
+    """Register one more secret with the configured logs' redactor (a key reloaded while running)."""
+    _active[0].add(secret)
 
 
 def redact(text: str) -> str:

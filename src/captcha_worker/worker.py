@@ -48,9 +48,10 @@ from captcha_worker import metrics
 from captcha_worker.budget import BudgetState
 from captcha_worker.captchaai import CaptchaAI, FatalApiError, RetryPolicy, TaskFailed, TransientError
 from captcha_worker.codes import Code
-from captcha_worker.config import WorkerConfig
+from captcha_worker.config import Secret, WorkerConfig
 from captcha_worker.connection import Client, Refusal, connect, describe_refusal, is_cross_slot, refusal
 from captcha_worker.job import Api, Job, JobRunner
+from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
 from captcha_worker.queue import Claimed, ClaimFlag, ClaimReply, QueueStats, RedisQueue, Renewal, Report, item_ref
 
@@ -98,6 +99,7 @@ class Worker:
         self._wake = asyncio.Event()  # capacity changed: the claimer looks again
         self._stop = asyncio.Event()  # SIGTERM: stop claiming
         self._closing = asyncio.Event()  # jobs are done: background loops end
+        self._key_changed = asyncio.Event()  # a new API key (CAPTCHAAI_KEY_FILE): a FATAL worker probes it now
         self._plan_read = asyncio.Event()  # the first threadsinfo answered (or failed)
         self._jobs: dict[asyncio.Task[None], Job] = {}  # running jobs by their task
         self._held = 0  # of them, those holding a budget unit
@@ -195,12 +197,24 @@ class Worker:
         if stuck:
             await asyncio.wait(stuck, timeout=2)
 
-    async def _pause(self, seconds: float) -> bool:
-        """Sleep, but wake up at once when the worker closes. True when closing."""
-        with suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._closing.wait()
+    async def _pause(self, seconds: float, wake: asyncio.Event | None = None) -> bool:
+        """Sleep, but wake up at once when the worker closes (or `wake` is set). True when closing."""
+        if wake is None:
+            with suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self._closing.wait()
+            return self._closing.is_set()
+        waits = [asyncio.ensure_future(self._closing.wait()), asyncio.ensure_future(wake.wait())]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
         return self._closing.is_set()
+
+    def key_changed(self) -> None:
+        """The API key was replaced: a worker stopped by a rejected key probes the new one at once."""
+        self._key_changed.set()
 
     async def _say_goodbye(self) -> None:
         """The worker's heartbeat and limit go (units of solves left running stay with their tasks)."""
@@ -411,9 +425,11 @@ class Worker:
 
     # -- the plan and the limit ---------------------------------------------------------------------------
     async def _plan_loop(self) -> None:
-        """threadsinfo + getbalance now and then; while FATAL, probe every 30 s (scaled) to recover."""
+        """threadsinfo + getbalance now and then; while FATAL, probe every 30 s (scaled) to recover; at once when
+        the API key changes (a set during a probe is kept for the next pause)."""
         cfg = self.cfg
         while True:
+            self._key_changed.clear()
             try:
                 info = await self.api.threadsinfo()
                 metrics.PLAN_THREADS.set(info.threads)
@@ -428,7 +444,7 @@ class Worker:
                 event(log, "plan_check_failed", logging.WARNING, code=exc.code)
             self._plan_read.set()
             pause = cfg.threadsinfo_interval_seconds if self.phase is not Phase.FATAL else 30.0 / cfg.time_scale
-            if await self._pause(pause):
+            if await self._pause(pause, self._key_changed):
                 return
 
     def _follow_plan(self, plan: int) -> bool:
@@ -549,6 +565,20 @@ async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> Asy
                              poll_timeout_s=cfg.http_poll_timeout_seconds,
                              retry=RetryPolicy.scaled(cfg.time_scale), poll_scale=cfg.time_scale,
                              max_connections=max(100, cfg.concurrency)) as api:
-            yield Worker(cfg, redis, api, worker_id=worker_id)
+            worker, reload = Worker(cfg, redis, api, worker_id=worker_id), None
+            if cfg.api_key_file:  # a key rotated in its Secret reaches this process without a restart
+                def rotate(key: Secret) -> None:
+                    api.set_key(key)
+                    worker.key_changed()
+
+                watcher = KeyFileWatcher(cfg.api_key_file, cfg.api_key.value, rotate)
+                reload = asyncio.create_task(watch_key_file(watcher, cfg.key_reload_seconds))
+            try:
+                yield worker
+            finally:
+                if reload is not None:
+                    reload.cancel()
+                    with suppress(asyncio.CancelledError):
+                        await reload
     finally:
         await redis.aclose()

@@ -101,4 +101,4 @@ def test_the_worker_gets_only_documented_environment(renderings: dict[tuple[str,
         unknown = given - documented
         assert not unknown, f"{helm} {case}: the chart sets {sorted(unknown)}, which docs/contracts.md does not list"
         where = {"REDIS_SENTINELS", "REDIS_SENTINEL_MASTER"} if "sentinel" in case else {"REDIS_URL"}  # no URL there
-        assert {"CAPTCHAAI_KEY", "CAPTCHAAI_THREADS", "REDIS_MODE", *where} <= given, f"{helm} {case}"
+        assert {"CAPTCHAAI_KEY_FILE", "CAPTCHAAI_THREADS", "REDIS_MODE", *where} <= given, f"{helm} {case}"

@@ -168,9 +168,13 @@ def test_upgrade_threads_changes_cap_and_rolls_workers(helm: str, chart: Path,
     a, b = pod(before)["metadata"]["annotations"], pod(after)["metadata"]["annotations"]
     assert a["checksum/config"] != b["checksum/config"]
     assert a["checksum/secret"] == b["checksum/secret"]
-    # a new API key rolls them too
+    # another Secret rolls them (its volume changes) ...
     rekeyed = render("captchaai.existingSecret=", "captchaai.apiKey=0123456789abcdef0123456789abcdef")
     assert pod(rekeyed)["metadata"]["annotations"]["checksum/secret"] != a["checksum/secret"]
+    # ... a new key in the same Secret does not: the workers re-read the mounted file (CAPTCHAAI_KEY_FILE)
+    rotated = render("captchaai.existingSecret=", "captchaai.apiKey=fedcba9876543210fedcba9876543210")
+    assert pod(rotated) == pod(rekeyed)
+    assert rotated.one("Secret", "-captchaai") != rekeyed.one("Secret", "-captchaai")
 
 
 @pytest.mark.parametrize("helm", HELMS)

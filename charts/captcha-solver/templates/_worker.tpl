@@ -124,7 +124,11 @@
 {{/* Secret-backed env plus worker.extraEnv, merged by name (extraEnv wins), as a YAML list. */}}
 {{- define "captcha-solver.worker.env" -}}
 {{- $env := list -}}
-{{- $env = append $env (dict "name" "CAPTCHAAI_KEY" "valueFrom" (dict "secretKeyRef" (dict "name" (include "captcha-solver.apiKeySecretName" .) "key" .Values.captchaai.existingSecretKey))) -}}
+{{- $extraNames := include "captcha-solver.worker.extraEnvNames" . | fromJsonArray -}}
+{{- if not (has "CAPTCHAAI_KEY" $extraNames) -}}
+{{- /* The key as a file of the mounted Secret (worker.volumes), re-read while running: a Secret update reaches the pods. */ -}}
+{{- $env = append $env (dict "name" "CAPTCHAAI_KEY_FILE" "value" (include "captcha-solver.apiKeyFile" .)) -}}
+{{- end -}}
 {{- $secret := include "captcha-solver.redis.secretName" . -}}
 {{- if $secret -}}
 {{- $ukey := include "captcha-solver.redis.usernameKey" . -}}
@@ -141,7 +145,6 @@
 {{- $env = append $env (dict "name" "REDIS_SENTINEL_PASSWORD" "valueFrom" (dict "secretKeyRef" (dict "name" $secret "key" .))) -}}
 {{- end -}}
 {{- end -}}
-{{- $extraNames := include "captcha-solver.worker.extraEnvNames" . | fromJsonArray -}}
 {{- $merged := list -}}
 {{- range $env -}}{{- if not (has .name $extraNames) -}}{{- $merged = append $merged . -}}{{- end -}}{{- end -}}
 {{- range .Values.worker.extraEnv -}}{{- $merged = append $merged . -}}{{- end -}}
@@ -157,11 +160,22 @@
 {{- end }}
 {{- end -}}
 
-{{/* Volumes and mounts every worker-image container needs (writable /tmp, optional Redis CA). */}}
+{{/* Where the API key's Secret is mounted (a directory: a subPath mount would never see an update). */}}
+{{- define "captcha-solver.apiKeyDir" -}}/etc/captcha-solver/captchaai{{- end -}}
+{{- define "captcha-solver.apiKeyFile" -}}{{ include "captcha-solver.apiKeyDir" . }}/{{ .Values.captchaai.existingSecretKey }}{{- end -}}
+
+{{/* Volumes and mounts every worker-image container needs (writable /tmp, the API key, optional Redis CA). */}}
 {{- define "captcha-solver.worker.volumes" -}}
 - name: tmp
   emptyDir:
     sizeLimit: 64Mi
+- name: captchaai-key
+  secret:
+    secretName: {{ include "captcha-solver.apiKeySecretName" . }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.captchaai.existingSecretKey }}
+        path: {{ .Values.captchaai.existingSecretKey }}
 {{- if and (eq (include "captcha-solver.redis.tls" .) "true") .Values.externalRedis.tls.caSecret }}
 - name: redis-ca
   secret:
@@ -178,6 +192,9 @@
 {{- define "captcha-solver.worker.volumeMounts" -}}
 - name: tmp
   mountPath: /tmp
+- name: captchaai-key
+  mountPath: {{ include "captcha-solver.apiKeyDir" . }}
+  readOnly: true
 {{- if and (eq (include "captcha-solver.redis.tls" .) "true") .Values.externalRedis.tls.caSecret }}
 - name: redis-ca
   mountPath: /etc/captcha-solver/redis-ca
@@ -192,7 +209,8 @@
      whole rendered files (those carry the chart version in their labels: a chart bump would roll every pod). */}}
 {{- define "captcha-solver.worker.checksums" -}}
 checksum/config: {{ include "captcha-solver.worker.config" . | sha256sum }}
-checksum/secret: {{ list .Values.captchaai.apiKey .Values.captchaai.existingSecret .Values.captchaai.existingSecretKey | toJson | sha256sum }}
+{{- /* The Secret's name and key, not its content: the workers re-read the mounted key file (CAPTCHAAI_KEY_FILE), so a new key needs no restart. */}}
+checksum/secret: {{ list (include "captcha-solver.apiKeySecretName" .) .Values.captchaai.existingSecretKey | toJson | sha256sum }}
 {{- /* The generated Redis password is random per render but stable in the cluster (lookup): hash only what the user controls. */}}
 checksum/redis-auth: {{ list .Values.redis.auth.password .Values.redis.auth.existingSecret .Values.externalRedis.password .Values.externalRedis.username .Values.externalRedis.existingSecret .Values.externalRedis.sentinel.password .Values.externalRedis.sentinel.username | toJson | sha256sum }}
 {{- end -}}
