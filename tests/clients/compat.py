@@ -1,8 +1,10 @@
-"""Real CaptchaAI client libraries against the simulator, and the page that says what works: docs/compatibility.md.
+"""Real client libraries against the simulator, and the page that says what works: docs/compatibility.md.
 
-Each client runs every call it offers for a CaptchaAI kind, all at once, against a simulator of its own at
-``--speed 20`` (python_clients.py in the clients' venv ``.tools/clients-venv``, npm_client.js with node; both
-installed by ``scripts/install-tools.sh --only clients``). Every answer a client hands over is compared with the
+Two families: CaptchaAI's v1 API (in.php/res.php) and the JSON API of the createTask family (CapMonster Cloud,
+CapSolver, 2captcha's API v2), which the simulator and the gateway also speak. Each client runs every call it
+offers for a CaptchaAI kind, all at once, against a simulator of its own at ``--speed 20`` (python_clients.py in
+the clients' venv ``.tools/clients-venv``, npm_client.js / npm_capmonster.js with node; all installed by
+``scripts/install-tools.sh --only clients``). Every answer a client hands over is compared with the
 one the simulator served for that task id (and the user agent, for the kinds answered with one); a pingback must
 reach a receiver on 127.0.0.1 with the task's id and answer.
 
@@ -41,7 +43,9 @@ ROOT = HERE.parents[1]
 
 DOC = ROOT / "docs" / "compatibility.md"
 CLIENTS_PYTHON = ROOT / ".tools" / "clients-venv" / "bin" / "python"
-NODE_MODULES = HERE / "node_modules" / "@2captcha" / "captcha-solver"
+NODE_MODULES = (HERE / "node_modules" / "@2captcha" / "captcha-solver",
+                HERE / "node_modules" / "@zennolab_com" / "capmonstercloud-client")
+NODE_DRIVERS = {"npm": "npm_client.js", "npm-capmonster": "npm_capmonster.js"}
 SPEED = 20.0
 THREADS = 200
 BALANCE = 10.0
@@ -57,6 +61,7 @@ class Client:
     pointed: str  # how the test points it at the simulator
     tls: bool = False  # the client only speaks https
     plain: bool = False  # it reads plain-text replies (no json=1), unless the call says extendedResponse
+    protocol: str = "v1"  # "json": the JSON API (createTask / getTaskResult)
 
 
 CLIENTS = (
@@ -70,6 +75,15 @@ CLIENTS = (
            "client) and `params.url_request` / `url_response` (the high-level classes) are set after construction"),
     Client("npm", "@2captcha/captcha-solver 1.3.9 (npm)",
            "its endpoints are constants: the `Solver` instance's `in` and `res` getters are overridden"),
+    Client("capmonstercloudclient", "capmonstercloudclient 4.3.1 (CapMonster Cloud's official SDK, PyPI; JSON API)",
+           "`ClientOptions(api_key=..., service_url=URL)`", protocol="json"),
+    Client("capsolver", "capsolver 1.0.7 (CapSolver's official SDK, PyPI; JSON API)",
+           "`capsolver.api_base = URL` (or `CAPSOLVER_API_BASE`)", protocol="json"),
+    Client("python-rucaptcha-v2", "python-rucaptcha 6.8.2 v2 (its default classes: 2captcha's API v2, JSON API)",
+           "no base-URL setting: `params.url_request` / `url_response` are set to `URL/createTask` / "
+           "`URL/getTaskResult` after construction", protocol="json"),
+    Client("npm-capmonster", "@zennolab_com/capmonstercloud-client 2.6.1 (CapMonster Cloud's official client, npm; "
+           "JSON API)", "`new ClientOptions({clientKey, serviceUrl: URL})`", protocol="json"),
 )
 
 
@@ -130,6 +144,9 @@ VALUES: Mapping[tuple[str, str], Callable[[Any], bool]] = {
     ("npm", "balance()"): lambda v: v == BALANCE,
     ("npm", "goodReport(id)"): lambda v: v == RECORDED,
     ("npm", "badReport(id)"): lambda v: v == RECORDED,
+    ("capmonstercloudclient", "get_balance()"): lambda v: v == {"errorId": 0, "balance": BALANCE},
+    ("capsolver", "balance()"): lambda v: v == {"errorId": 0, "balance": BALANCE},
+    ("npm-capmonster", "getBalance()"): lambda v: v == {"errorId": 0, "balance": BALANCE},
 }
 
 
@@ -228,14 +245,13 @@ def missing_tools() -> list[str]:
     missing = []
     if not CLIENTS_PYTHON.exists():
         missing.append(f"{CLIENTS_PYTHON.relative_to(ROOT)}")
-    if not NODE_MODULES.exists():
-        missing.append(f"{NODE_MODULES.relative_to(ROOT)}")
+    missing += [f"{m.relative_to(ROOT)}" for m in NODE_MODULES if not m.exists()]
     return missing
 
 
 async def _driver(client: Client, cfg_path: Path, ca: Path) -> list[dict[str, Any]]:
-    if client.key == "npm":
-        cmd = ["node", str(HERE / "npm_client.js"), str(cfg_path)]
+    if client.key in NODE_DRIVERS:
+        cmd = ["node", str(HERE / NODE_DRIVERS[client.key]), str(cfg_path)]
     else:
         cmd = [str(CLIENTS_PYTHON), str(HERE / "python_clients.py"), str(cfg_path)]
     env = {**os.environ, "REQUESTS_CA_BUNDLE": str(ca), "SSL_CERT_FILE": str(ca), "NODE_PATH": str(HERE)}
@@ -305,9 +321,13 @@ async def run_all() -> list[Row]:
 
 _HEADER = """# Client library compatibility
 
-Real CaptchaAI client libraries against the simulator: each runs every call it offers for a CaptchaAI kind, at
-`--speed {speed:g}`, and each answer it hands over is compared with the one the simulator served for that task (and
-the user agent, for the kinds answered with one). Generated by `make compatibility` (`tests/clients/compat.py`);
+Real client libraries against the simulator: CaptchaAI's (in.php/res.php) and the JSON API's (`createTask` /
+`getTaskResult`: CapMonster Cloud, CapSolver, 2captcha's API v2), which the simulator and the gateway speak
+beside it. Each runs every call it offers for a kind CaptchaAI solves, at `--speed {speed:g}`, and each answer it
+hands over is compared with the one the simulator served for that task (and the user agent, for the kinds
+answered with one); a JSON-API client hands over the `solution` object, read by its type's field
+(`gRecaptchaResponse`, `token`, `text`, `cf_clearance`, GeeTest's whole object). Generated by `make compatibility`
+(`tests/clients/compat.py`);
 `tests/test_compatibility.py` runs the clients again and fails when this page and the run differ. A row that does
 not say "works" names the client's own bug, or the other service's API the call speaks; the simulator answers
 those as CaptchaAI does rather than being bent to them.
@@ -329,7 +349,51 @@ _FOOTER = """
   `OK|<token>|<user agent>`; with `extendedResponse=True` the JSON reply's `user_agent` field is used.
 * Grid tasks in CaptchaAI's example spelling (`recaptcha=1`, `textinstructions`, `recaptcharows`/`recaptchacols`,
   3x3 by default) are grids; `method=post` with a base64 `body` is read as `method=base64`.
+
+## The JSON API's errors
+
+The simulator and the gateway answer the JSON API with the numbered errors Anti-Captcha and 2captcha share
+(`src/captcha_worker/protocols/jsonapi_errors.py`, one table); CapMonster Cloud and CapSolver send `errorId` 1
+for every error and are read by `errorCode`, which is the same string. A code whose meaning differs between
+providers is answered by its meaning:
+
+{json_errors}
 """
+
+
+_JSON_ERRORS: tuple[tuple[str, str, str], ...] = (
+    ("no free thread (CaptchaAI's `ERROR_ZERO_BALANCE`, a tenant over its rate limit at `createTask`)",
+     '2 `ERROR_NO_SLOT_AVAILABLE`',
+     'on every JSON-API provider `ERROR_ZERO_BALANCE` (10) means "no money"; a plan billed per thread '
+     'never runs out of money, it runs out of threads'),
+    ('Redis unavailable (gateway)',
+     '2 `ERROR_NO_SLOT_AVAILABLE` ("retry later")',
+     'the clients retry or surface it; no provider documents a "service unavailable" id in this numbering'),
+    ('unsolvable, or a task this package gave up on (deadline, attempts)',
+     '12 `ERROR_CAPTCHA_UNSOLVABLE`',
+     'Anti-Captcha charges it, 2captcha refunds it; here a plan thread is all it cost'),
+    ("unknown, expired or another tenant's `taskId`",
+     '16 `ERROR_NO_SUCH_CAPCHA_ID`',
+     'CapSolver says `ERROR_TASKID_INVALID`'),
+    ('missing `websiteURL` / reCAPTCHA `websiteKey`',
+     '5 `ERROR_PAGEURL` / 31 `ERROR_RECAPTCHA_INVALID_SITEKEY`',
+     "2captcha's ids"),
+    ('a field of the wrong JSON type, a body that is not a JSON object, a refused `callbackUrl`',
+     '110 `ERROR_BAD_PARAMETERS`',
+     "2captcha's id; the description names the field"),
+    ('bad proxy fields',
+     '130 `ERROR_BAD_PROXY`',
+     "2captcha's id (Anti-Captcha's 25-29 are for proxies that fail when used)"),
+    ('a type CaptchaAI does not solve (hCaptcha, FunCaptcha, ...) or no type',
+     '23 `ERROR_TASK_NOT_SUPPORTED`',
+     'no `task` at all: 22 `ERROR_TASK_ABSENT`'),
+    ("a body over the gateway's cap",
+     '4 `ERROR_TOO_BIG_CAPTCHA_FILESIZE`',
+     'HTTP 200, never a 413 page'),
+    ('over the rate limit at getTaskResult & co',
+     'HTTP 429 + `Retry-After`, `ERROR_TOO_MUCH_REQUESTS`',
+     "CapMonster Cloud's code"),
+)
 
 
 def render(rows: list[Row]) -> str:
@@ -338,7 +402,9 @@ def render(rows: list[Row]) -> str:
                       for r in rows)
     notes = dict.fromkeys(k.note for k in KNOWN.values())  # once each, in KNOWN's order
     known = "\n## Rows that do not just say \"works\"\n\n" + "\n".join(f"* {n}" for n in notes) + "\n"
-    return _HEADER.format(speed=SPEED, clients=clients) + table + "\n" + known + _FOOTER
+    errors = "| situation | answered | why |\n|---|---|---|\n" + "\n".join(
+        f"| {a} | {b} | {c} |" for a, b, c in _JSON_ERRORS)
+    return _HEADER.format(speed=SPEED, clients=clients) + table + "\n" + known + _FOOTER.format(json_errors=errors)
 
 
 def main() -> int:

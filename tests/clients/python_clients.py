@@ -308,9 +308,189 @@ def rucaptcha_classes(cfg: dict[str, Any]) -> list[Call]:
     return [Call(name, kind, f, _ru_result) for name, kind, f in classes]
 
 
+
+# ------------------------------------------------------------------------------------------------------------
+# The JSON API (createTask / getTaskResult): capmonstercloudclient 4.3.1, capsolver 1.0.7, python-rucaptcha's v2
+# classes. Their solve calls hand over the `solution` object only: the task id each got from createTask is read
+# by a spy on the client's own createTask call (the request and reply pass through unchanged).
 # ------------------------------------------------------------------------------------------------------------
 
-CLIENTS = {"captchaai": captchaai_calls, "2captcha-python": twocaptcha_calls, "python-rucaptcha": rucaptcha_calls}
+_ANSWER_FIELDS = ("gRecaptchaResponse", "cf_clearance", "token", "text")
+
+
+def _solution_line(solution: Any, task_id: Any) -> dict[str, Any]:
+    if not isinstance(solution, dict):
+        return {"error": f"no solution object: {solution!r}"}
+    field = next((f for f in _ANSWER_FIELDS if f in solution), None)
+    answer, parsed = (str(solution[field]), False) if field else _structured(solution)
+    return {"task_id": None if task_id is None else str(task_id), "answer": answer, "parsed": parsed,
+            "user_agent": solution.get("userAgent")}
+
+
+def _proxy_parts(proxy: str) -> tuple[str, str, str, int]:
+    creds, address = proxy.rsplit("@", 1)
+    login, password = creds.split(":", 1)
+    host, port = address.rsplit(":", 1)
+    return login, password, host, int(port)
+
+
+def capmonster_calls(cfg: dict[str, Any]) -> list[Call]:
+    from capmonstercloudclient import CapMonsterClient, ClientOptions  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from capmonstercloudclient.requests import (  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+        GeetestRequest,
+        ImageToTextRequest,
+        ProxyInfo,
+        RecaptchaV2EnterpriseRequest,
+        RecaptchaV2Request,
+        RecaptchaV3EnterpriseRequest,
+        RecaptchaV3ProxylessRequest,
+        TurnstileRequest,
+    )
+
+    png = Path(cfg["image"]).read_bytes()
+    login, password, host, port = _proxy_parts(cfg["proxy"])
+    proxy = ProxyInfo(proxyType="http", proxyAddress=host, proxyPort=port, proxyLogin=login, proxyPassword=password)
+
+    def solve(request: Any) -> Callable[[], Awaitable[Any]]:
+        async def run() -> Any:
+            client = CapMonsterClient(options=ClientOptions(api_key=cfg["key"], service_url=cfg["url"]))
+            created: dict[str, Any] = {}
+            create = client._createTask
+
+            async def spy(req: Any) -> Any:
+                created.update(await create(req))
+                return created
+
+            client._createTask = spy
+            return await client.solve_captcha(request), created.get("taskId")
+        return run
+
+    async def balance() -> Any:
+        return await CapMonsterClient(options=ClientOptions(api_key=cfg["key"], service_url=cfg["url"])).get_balance()
+
+    ua = "Mozilla/5.0 Test"
+    solves: list[tuple[str, str, Any]] = [
+        ("RecaptchaV2Request(websiteUrl, websiteKey)", "recaptcha_v2",
+         RecaptchaV2Request(websiteUrl=PAGE, websiteKey=SITEKEY)),
+        ("RecaptchaV2Request(isInvisible=True)", "recaptcha_v2",
+         RecaptchaV2Request(websiteUrl=PAGE, websiteKey=SITEKEY, isInvisible=True)),
+        ("RecaptchaV2Request(proxy=...)", "recaptcha_v2",
+         RecaptchaV2Request(websiteUrl=PAGE, websiteKey=SITEKEY, proxy=proxy)),
+        ("RecaptchaV2EnterpriseRequest(enterprisePayload=...)", "recaptcha_v2_enterprise",
+         RecaptchaV2EnterpriseRequest(websiteUrl=PAGE, websiteKey=SITEKEY, enterprisePayload="s-value")),
+        ("RecaptchaV3ProxylessRequest(minScore, pageAction)", "recaptcha_v3",
+         RecaptchaV3ProxylessRequest(websiteUrl=PAGE, websiteKey=SITEKEY, minScore=0.7, pageAction="login")),
+        ("RecaptchaV3EnterpriseRequest(pageAction)", "recaptcha_v3_enterprise",
+         RecaptchaV3EnterpriseRequest(websiteUrl=PAGE, websiteKey=SITEKEY, pageAction="login")),
+        ("ImageToTextRequest(image_bytes)", "image", ImageToTextRequest(image_bytes=png)),
+        ("GeetestRequest(gt, challenge)", "geetest", GeetestRequest(websiteUrl=PAGE, gt=GT, challenge=CHALLENGE)),
+        ("GeetestRequest(version=4, gt=captcha_id)", "geetest_v4", GeetestRequest(websiteUrl=PAGE, gt=GT, version=4)),
+        ("TurnstileRequest(websiteURL, websiteKey)", "turnstile",
+         TurnstileRequest(websiteURL=PAGE, websiteKey="0x4AAAAAAAB0000000000000")),
+        ("TurnstileRequest(cloudflareTaskType='cf_clearance', proxy=...)", "cloudflare_challenge",
+         TurnstileRequest(websiteURL=PAGE, websiteKey="0x4AAAAAAAB0000000000000", cloudflareTaskType="cf_clearance",
+                          htmlPageBase64=base64.b64encode(b"<html></html>").decode(), userAgent=ua, proxy=proxy)),
+    ]
+    calls = [Call(f"solve_captcha({name})", kind, solve(req), lambda v: _solution_line(*v), is_async=True)
+             for name, kind, req in solves]
+    calls.append(Call("get_balance()", None, balance, lambda v: {"value": v}, is_async=True))
+    return calls
+
+
+def capsolver_calls(cfg: dict[str, Any]) -> list[Call]:
+    import capsolver  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from capsolver.capsolver import Capsolver  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+
+    capsolver.api_key, capsolver.api_base = cfg["key"], cfg["url"]
+    body = base64.b64encode(Path(cfg["image"]).read_bytes()).decode()
+    created = threading.local()  # each call runs in a thread of its own
+    post = Capsolver.postTask
+
+    def spy(params: dict[str, Any]) -> Any:
+        created.reply = post(params)
+        return created.reply
+
+    Capsolver.postTask = staticmethod(spy)
+
+    def solve(task: dict[str, Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            created.reply = None
+            solution = capsolver.solve(task)
+            reply = created.reply
+            return solution, reply.get("taskId") if isinstance(reply, dict) else None
+        return run
+
+    login, password, host, port = _proxy_parts(cfg["proxy"])
+    proxy = {"proxyType": "http", "proxyAddress": host, "proxyPort": port, "proxyLogin": login,
+             "proxyPassword": password}
+    tasks: list[tuple[str, str, dict[str, Any]]] = [
+        ("ReCaptchaV2TaskProxyLess", "recaptcha_v2", {"websiteURL": PAGE, "websiteKey": SITEKEY}),
+        ("ReCaptchaV2Task + proxy fields", "recaptcha_v2", {"websiteURL": PAGE, "websiteKey": SITEKEY, **proxy}),
+        ("ReCaptchaV2EnterpriseTaskProxyLess", "recaptcha_v2_enterprise", {"websiteURL": PAGE, "websiteKey": SITEKEY}),
+        ("ReCaptchaV3TaskProxyLess", "recaptcha_v3", {"websiteURL": PAGE, "websiteKey": SITEKEY,
+                                                      "pageAction": "login"}),
+        ("ReCaptchaV3EnterpriseTaskProxyLess", "recaptcha_v3_enterprise",
+         {"websiteURL": PAGE, "websiteKey": SITEKEY, "pageAction": "login"}),
+        ("AntiTurnstileTaskProxyLess", "turnstile", {"websiteURL": PAGE, "websiteKey": "0x4AAAA",
+                                                     "metadata": {"action": "login"}}),
+        ("ImageToTextTask", "image", {"body": body}),
+        ("GeeTestTaskProxyLess", "geetest", {"websiteURL": PAGE, "gt": GT, "challenge": CHALLENGE}),
+    ]
+    calls = [Call(f"solve({{type: {name}}})", kind, solve({"type": name.split(" ")[0], **task}),
+                  lambda v: _solution_line(*v)) for name, kind, task in tasks]
+    calls.append(Call("balance()", None, capsolver.balance, lambda v: {"value": v}))
+    return calls
+
+
+def rucaptcha_v2_calls(cfg: dict[str, Any]) -> list[Call]:
+    """python-rucaptcha's classes with their default service (2captcha's API v2: createTask/getTaskResult)."""
+    from python_rucaptcha.core.enums import GeetestEnm, ReCaptchaEnm  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.gee_test import GeeTest  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.image_captcha import ImageCaptcha  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.re_captcha import ReCaptcha  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+    from python_rucaptcha.turnstile import Turnstile  # noqa: PLC0415 - a client library under test: installed by `make compatibility`, absent otherwise
+
+    url, image = cfg["url"], cfg["image"]
+    common = {"rucaptcha_key": cfg["key"], "sleep_time": 1}
+
+    def at(obj: Any) -> Any:  # no base-URL setting: the v2 endpoints are set after construction
+        obj.params.url_request, obj.params.url_response = f"{url}/createTask", f"{url}/getTaskResult"
+        return obj
+
+    def read(result: dict[str, Any]) -> dict[str, Any]:
+        if result.get("status") != "ready":
+            return {"error": f"{result.get('errorCode')}: {result.get('errorDescription')}"}
+        return _solution_line(result.get("solution"), result.get("taskId"))
+
+    classes: list[tuple[str, str, Callable[[], Any], bool]] = [
+        ("ReCaptcha(method=RecaptchaV2TaskProxyless)", "recaptcha_v2", lambda: at(ReCaptcha(
+            websiteURL=PAGE, websiteKey=SITEKEY, method=ReCaptchaEnm.RecaptchaV2TaskProxyless, **common)
+            ).captcha_handler(), False),
+        ("ReCaptcha(method=RecaptchaV2EnterpriseTaskProxyless)", "recaptcha_v2_enterprise", lambda: at(ReCaptcha(
+            websiteURL=PAGE, websiteKey=SITEKEY, method=ReCaptchaEnm.RecaptchaV2EnterpriseTaskProxyless, **common)
+            ).captcha_handler(), False),
+        ("ReCaptcha(method=RecaptchaV3TaskProxyless, minScore, pageAction)", "recaptcha_v3", lambda: at(ReCaptcha(
+            websiteURL=PAGE, websiteKey=SITEKEY, method=ReCaptchaEnm.RecaptchaV3TaskProxyless, minScore=0.7,
+            pageAction="login", **common)).captcha_handler(), False),
+        ("Turnstile(...)", "turnstile", lambda: at(Turnstile(
+            websiteURL=PAGE, websiteKey="0x4AAAA", userAgent="Mozilla/5.0 Test", **common)).captcha_handler(),
+         False),
+        ("ImageCaptcha().captcha_handler(captcha_file=...)", "image",
+         lambda: at(ImageCaptcha(**common)).captcha_handler(captcha_file=image), False),
+        ("GeeTest(method=GeeTestTaskProxyless)", "geetest", lambda: at(GeeTest(
+            websiteURL=PAGE, method=GeetestEnm.GeeTestTaskProxyless, gt=GT, **common)).captcha_handler(
+            challenge=CHALLENGE), False),
+        ("Turnstile(...).aio_captcha_handler()", "turnstile", lambda: at(Turnstile(
+            websiteURL=PAGE, websiteKey="0x4AAAA", userAgent="Mozilla/5.0 Test", **common)).aio_captcha_handler(),
+         True),
+    ]
+    return [Call(name, kind, f, read, is_async=is_async) for name, kind, f, is_async in classes]
+
+# ------------------------------------------------------------------------------------------------------------
+
+CLIENTS = {"captchaai": captchaai_calls, "2captcha-python": twocaptcha_calls, "python-rucaptcha": rucaptcha_calls,
+           "capmonstercloudclient": capmonster_calls, "capsolver": capsolver_calls,
+           "python-rucaptcha-v2": rucaptcha_v2_calls}
 
 
 async def _one(call: Call, pool: ThreadPoolExecutor) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""The compatibility suite through the gateway: the same four real client libraries, every call each offers,
-against ``captcha-worker gateway`` (two replicas: one plain HTTP, one TLS for 2captcha-python) in front of a real
-redis-server and two real ``captcha-worker run`` workers, whose upstream is the simulator (in this process, so
-every answer can be traced to the task the simulator served).
+"""The compatibility suite through the gateway: the same real client libraries (CaptchaAI's v1 clients and the JSON-API
+clients), every call each offers, against ``captcha-worker gateway`` (two replicas: one plain HTTP, one TLS for
+2captcha-python and two of the JSON-API clients) in front of a real redis-server and two real ``captcha-worker run``
+workers, whose upstream is the simulator (in this process, so every answer can be traced to the task the simulator
+served).
 
 Each client is a tenant of its own (its own key, ``threads`` as the simulator's plan, ``balance`` as the
 simulator's, a pingback policy allowing 127.0.0.1). An answer a client hands over is judged against the result
@@ -40,6 +41,9 @@ HERE = Path(__file__).resolve().parent
 QUEUE = "compat"
 SECRET = "pingback-secret-of-the-compat-run"
 WORKERS, CONCURRENCY = 2, 100
+#: JSON-API clients sent to the TLS replica (trusting the run's CA through SSL_CERT_FILE / REQUESTS_CA_BUNDLE), so
+#: both replicas serve both protocols
+VIA_TLS = frozenset({"capmonstercloudclient", "capsolver"})
 
 
 def tenant_key(client: compat.Client) -> str:
@@ -130,7 +134,8 @@ async def _run(tmp: Path, logdir: Path, redis_url: str, sim: SimulatorServer,
             store = Store(redis_url, sim)
             async with asyncio.timeout(compat.RUN_TIMEOUT_S + 30):
                 per_client = await asyncio.gather(*(
-                    _client(c, tls.url if c.tls else plain.url, tmp, store, receiver) for c in compat.CLIENTS))
+                    _client(c, tls.url if c.tls or c.key in VIA_TLS else plain.url, tmp, store, receiver)
+                    for c in compat.CLIENTS))
         finally:
             plain.stop()
             tls.stop()
