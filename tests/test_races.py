@@ -5,29 +5,36 @@ until the other has landed, against a real redis-server, the real simulator and 
 2. False ``lease_lost``: the same interleaving must not report the lease of a job that just finished as lost.
 3. Fencing: a worker that lost its task to another one (it stalled past its lease) never touches the new
    owner's item, lease or unit.
+4. A durable write (REDIS_WAIT_REPLICAS) is confirmed only by a WAIT on the connection, and node, that ran it
+   (Redis Cluster): a batch whose connection fails after the write is reported unconfirmed and run again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import signal
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from redis.asyncio import Redis
+from redis import exceptions as rexc
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.connection import Connection
 
 from captcha_worker.budget import unit_of
 from captcha_worker.client import CaptchaQueue, Solved
 from captcha_worker.config import WorkerConfig
-from captcha_worker.queue import RedisQueue
+from captcha_worker.connection import NotReplicated
+from captcha_worker.queue import Ack, RedisQueue
 from captcha_worker.simulator import SimConfig, SimulatorServer
 from captcha_worker.task import Result, Status
 from captcha_worker.worker import Worker, open_worker
 from tests.helpers import KEY
+from tests.topology import ClusterTopology, cluster, replica_servers
 
 SPEED = 50.0
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
@@ -192,3 +199,90 @@ async def test_a_worker_that_lost_its_task_leaves_the_new_owners_item_alone(redi
     assert await q.ack("a", Result("a", Status.SOLVED, solution="tok2"), result_ttl=60, worker="new-owner",
                        unit=theirs.unit) is False
     assert await redis.llen(q.keys.processing) == 0 and await redis.zcard(q.keys.budget) == 0
+
+
+# -- 4. a durable write confirmed only by a WAIT on its own connection (Redis Cluster) ------------------------
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopology]:
+    with cluster(tmp_path_factory.mktemp("race-cluster")) as topo:
+        yield topo
+
+
+def drop_after_the_write(monkeypatch: pytest.MonkeyPatch, port: int) -> list[str]:
+    """The next batch that writes and WAITs on a connection to `port` loses that connection right after the
+    write's reply (the master dying while WAIT blocks): the WAIT's reply never comes. Returns what happened."""
+    seen: list[str] = []
+    doomed: dict[int, int] = {}  # id(connection) -> replies read since the batch was sent
+    real_send, real_read = Connection.send_packed_command, Connection.read_response
+
+    async def send(self: Connection, command: Any, *args: Any, **kwargs: Any) -> None:
+        packed = command if isinstance(command, bytes | str) else b"".join(command)
+        text = packed.encode() if isinstance(packed, str) else packed
+        if self.port == port and not seen and b"EVALSHA" in text and b"WAIT" in text:
+            doomed[id(self)] = 0
+            seen.append("batch sent")
+        elif b"WAIT" in text:
+            seen.append(f"WAIT sent to {self.port} {'with' if b'EVALSHA' in text else 'without'} its write")
+        await real_send(self, command, *args, **kwargs)
+
+    async def read(self: Connection, *args: Any, **kwargs: Any) -> Any:
+        if id(self) in doomed:
+            if doomed[id(self)] == 1:
+                del doomed[id(self)]
+                seen.append("connection lost after the write's reply")
+                await self.disconnect()
+                raise rexc.ConnectionError("Connection closed by server.")
+            doomed[id(self)] += 1
+        return await real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "send_packed_command", send)
+    monkeypatch.setattr(Connection, "read_response", read)
+    return seen
+
+
+async def test_a_durable_push_is_never_confirmed_by_a_wait_on_another_connection(
+        redis_cluster: ClusterTopology, monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis-py's cluster pipeline retries a ConnectionError by sending again only the commands without a reply,
+    to whatever node routing picks (the pin to the slot's master is gone): the push's WAIT alone, on another
+    connection, answered for writes it never saw. Forced here: the slot master's replica is stopped (a WAIT after
+    the write cannot be satisfied), and the connection of the push drops right after the EVALSHA's reply."""
+    topo = redis_cluster
+    client = RedisCluster.from_url(topo.url, decode_responses=True, require_full_coverage=False)
+    q = RedisQueue(client, "race", wait_replicas=1, wait_timeout_ms=300)
+    master = topo.node(topo.slot_master(q.keys.pending))
+    replicas = [s.proc for s in replica_servers(master, topo.node) if s.proc is not None]
+    await q.push([("warm", '{"id":"warm"}')], ttl=100)  # scripts loaded, slot map known
+    seen = drop_after_the_write(monkeypatch, master.port)
+    for p in replicas:
+        p.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises((rexc.ConnectionError, NotReplicated)):
+            await q.push([("t1", '{"id":"t1"}')], ttl=100)
+    finally:
+        for p in replicas:
+            p.send_signal(signal.SIGCONT)
+        monkeypatch.undo()
+    assert seen[:2] == ["batch sent", "connection lost after the write's reply"], seen
+    assert not any(s.startswith("WAIT sent") for s in seen), f"a WAIT was sent apart from its write: {seen}"
+    assert await q.push([("t1", '{"id":"t1"}')], ttl=100) == 0, "the batch is run again: a no-op, confirmed"
+    replica = Redis(port=replica_servers(master, topo.node)[0].port, decode_responses=True)
+    await replica.execute_command("READONLY")  # a cluster replica answers reads of its master's slots
+    assert await replica.hget(q.keys.task("t1"), "body") == '{"id":"t1"}'
+    await replica.aclose()
+    await client.aclose()
+
+
+async def test_an_ack_batch_run_again_is_a_no_op_that_reports_the_same_outcome(redis: Redis) -> None:
+    """What running an unconfirmed durable batch again must be: the ACK of an item it already finished delivers
+    nothing twice (one reply), and still reports its result as the one delivered (not a duplicate)."""
+    q = RedisQueue(redis, "race")
+    await q.push([("a", '{"id":"a","method":"turnstile","params":{}}')], ttl=100)
+    (c,) = await q.claim(1, lease_s=60, worker="w")
+    ack = Ack(c.item, Result("a", Status.SOLVED, solution="tok", captcha_id="c1"), "p", unit=c.unit, worker="w")
+    assert await q.ack_many([ack], result_ttl=60, reply_ttl=60) == [True]
+    assert await q.ack_many([ack], result_ttl=60, reply_ttl=60) == [True], "the same result, already delivered"
+    assert await redis.llen(q.keys.reply("p")) == 1, "delivered once"
+    other = Ack(c.item, Result("a", Status.SOLVED, solution="tok2"), "p", unit=c.unit, worker="w")
+    assert await q.ack_many([other], result_ttl=60, reply_ttl=60) == [False], "another result is a duplicate"
+    assert await redis.hget(q.keys.task("a"), "captcha_id") == "c1"
+    assert await redis.zcard(q.keys.budget) == 0 and await redis.llen(q.keys.processing) == 0

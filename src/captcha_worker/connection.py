@@ -21,7 +21,9 @@ when it dies before a replica has it. The queue then sends ``WAIT <replicas> <ms
 the same pipeline and on the same connection (WAIT cannot run inside a script, and counts only this connection's
 writes); fewer confirmations than asked raise :class:`NotReplicated`, refusal ``unreplicated``: the write may or
 may not survive a failover, and since those writes are idempotent (a known id is not pushed twice, a result is
-written once) the caller retries it. :func:`on_queue_slot` pins both to the node of the queue's slot on a cluster.
+written once) the caller retries it. On a cluster :func:`on_slot_connection` sends both on one connection to the
+master of the queue's slot, and a connection that fails after the write leaves it unconfirmed (raised, to be run
+again), never confirmed by a WAIT sent elsewhere.
 
 :func:`refusal` classifies an exception *by type* into the reasons Redis may be unable to serve for a while
 (an outage: back off and retry), or None (a bug or a configuration error: do not retry blindly).  redis-py maps
@@ -313,6 +315,37 @@ async def on_queue_slot(redis: Client, key: str) -> dict[str, Any]:
         await redis.initialize()
         return {"target_nodes": redis.get_node_from_key(key)}
     return {}
+
+
+async def on_slot_connection(redis: RedisCluster, key: str, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Send `commands` together on one connection to the master of `key`'s slot and read their replies in order:
+    each reply, or the error reply (ResponseError) in its place. Nothing is sent again: redis-py's cluster pipeline
+    retries a ConnectionError or TimeoutError by re-sending only the commands that have no reply yet, routed anew,
+    so a WAIT would confirm, on another connection or node, writes it never saw. A connection that fails is
+    raised as such (the batch's fate is unknown: the caller runs it again, idempotently), the connection dropped
+    and the slot map marked to be read again, as the cluster client does."""
+    await redis.initialize()
+    node = redis.get_node_from_key(key)
+    if node is None:
+        raise rexc.SlotNotCoveredError(f"no master serves the slot of {key!r}")  # type: ignore[no-untyped-call]
+    conn = node.acquire_connection()
+    try:
+        await conn.send_packed_command(conn.pack_commands(commands), False)
+        replies: list[Any] = []
+        for command in commands:
+            try:
+                replies.append(await node.parse_response(conn, command[0]))
+            except rexc.ResponseError as exc:
+                replies.append(exc)
+    except BaseException as exc:  # a reply may be left unread: the connection cannot serve another call
+        await conn.disconnect()
+        if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError):
+            redis.nodes_manager.move_node_to_end_of_cached_nodes(node.name)
+            redis._initialize = True  # redis-py's own signal: read the slot map before the next call
+        raise
+    finally:
+        node._free.append(conn)
+    return replies
 
 
 async def load_script(redis: Client, script: Any, key: str) -> None:

@@ -9,7 +9,7 @@ master: it scales by adding queues (``QUEUE_NAME``), not by adding shards, and q
 different slots spread over the masters. A key outside the tag (``COMPAT_QUEUE_LIST`` not named ``{q}:...``, the
 seed guide's results hash) is a slot of its own: scripts never mix it with the queue's keys but CLAIM's compat
 step, which Cluster refuses (CROSSSLOT, see the table). Durable writes (``REDIS_WAIT_REPLICAS``) send their WAIT
-to the queue slot's master on the same connection as the write (``connection.on_queue_slot``). Redis does not
+to the queue slot's master on the same connection as the write (``connection.on_slot_connection``). Redis does not
 replicate its script cache: a promoted replica answers NOSCRIPT, and the script is loaded on the node of the call's
 first key and the call sent again (``connection.SlotScript``).
 
@@ -133,14 +133,21 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from redis import exceptions as rexc
-from redis.asyncio.cluster import ClusterPipeline
+from redis.asyncio import RedisCluster
 from redis.client import NEVER_DECODE
 
 from captcha_worker import budget, shares
 from captcha_worker.budget import UNLIMITED, Budget, BudgetState
 from captcha_worker.codes import Code
 from captcha_worker.config import DEFAULT_DEAD_LETTER_MAX, DEFAULT_MAX_TASK_BYTES
-from captcha_worker.connection import Client, NotReplicated, SlotScript, load_script, note_redirect, on_queue_slot
+from captcha_worker.connection import (
+    Client,
+    NotReplicated,
+    SlotScript,
+    load_script,
+    note_redirect,
+    on_slot_connection,
+)
 from captcha_worker.task import MAX_ID_LENGTH, Result, valid_task_id
 
 T = TypeVar("T")
@@ -377,7 +384,11 @@ _DELIVER = budget.SETTLE_LUA + """
 local function deliver(result_key, reply_key, result, result_ttl, reply_ttl)
   local NO_REPLY = reply_key == result_key
   if result == '' then return 0 end
-  if not redis.call('SET', result_key, result, 'NX', 'EX', result_ttl) then return 0 end
+  if not redis.call('SET', result_key, result, 'NX', 'EX', result_ttl) then
+    -- the same result again: a batch run again after its connection failed (durable writes), already delivered
+    if redis.call('GET', result_key) == result then return 1 end
+    return 0
+  end
   if not NO_REPLY then
     redis.call('RPUSH', reply_key, result)
     redis.call('EXPIRE', reply_key, reply_ttl)
@@ -1141,40 +1152,49 @@ class RedisQueue:
         promoted replica that never had them) the scripts are loaded where the calls go and the batch sent again:
         then no call of the batch has run, as the first one failed. `durable` (with wait_replicas): WAIT after the
         calls, on their connection; NotReplicated when short. A single call that need not wait goes without a
-        pipeline (a gateway's in.php pushes one task per request)."""
+        pipeline (a gateway's in.php pushes one task per request).
+
+        A durable batch is confirmed only by a WAIT on the connection that ran it: on a Cluster it goes on one
+        connection to the slot's master (``connection.on_slot_connection``), never through the cluster pipeline,
+        which re-sends a WAIT alone, elsewhere, after a connection error. A batch whose connection fails is
+        unconfirmed (the error is raised) and its caller runs it again: every durable write is idempotent (a known
+        id is not pushed twice, a result is written once, an ACK of an item gone is a no-op)."""
         wait = self.wait_replicas if durable else 0
         if len(calls) == 1 and not wait:
             script, keys, args = calls[0]
             return [await script(keys=keys, args=args)]  # SlotScript: loaded where it runs on NOSCRIPT
-        pin = await on_queue_slot(self.redis, self.keys.pending) if wait else {}
+        commands: list[tuple[Any, ...]] = [("EVALSHA", script.sha, len(keys), *keys, *args)
+                                           for script, keys, args in calls]
+        if wait:
+            commands.append(("WAIT", wait, self.wait_timeout_ms))
         for attempt in (1, 2):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for script, keys, args in calls:
-                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **pin)
-                if wait:
-                    pipe.execute_command("WAIT", wait, self.wait_timeout_ms, **pin)
-                try:
-                    # a pinned pipeline is never re-sent piecemeal to other nodes: its WAIT would count nothing
-                    if isinstance(pipe, ClusterPipeline) and pin:
-                        replies = list(await pipe.execute(allow_redirections=False))
-                    else:
-                        replies = list(await pipe.execute())
-                except rexc.NoScriptError:
-                    if attempt == 2:
-                        raise
-                    replies = None
-                except rexc.MovedError as exc:
-                    note_redirect(self.redis, exc)
-                    raise
-            if replies is None:  # loaded where the calls go, before the same calls again
-                for script in {id(c[0]): c[0] for c in calls}.values():
+            replies = await self._send(commands, pinned=bool(wait))
+            failed = next((r for r in replies if isinstance(r, Exception)), None)
+            if isinstance(failed, rexc.NoScriptError) and attempt == 1:
+                for script in {id(c[0]): c[0] for c in calls}.values():  # loaded where the calls go, then again
                     await load_script(self.redis, script.script, self.keys.pending)
                 continue
+            if isinstance(failed, rexc.MovedError):
+                note_redirect(self.redis, failed)
+            if failed is not None:
+                raise failed
             confirmed = int(replies.pop()) if wait else 0
             if confirmed < wait:
                 raise NotReplicated(confirmed, wait, self.wait_timeout_ms)
             return replies
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _send(self, commands: Sequence[tuple[Any, ...]], *, pinned: bool) -> list[Any]:
+        """Commands in one round trip, each reply or its error reply in its place. `pinned` (a WAIT at the end): on
+        a Cluster, on one connection to the queue slot's master, without redis-py's piecemeal retry (see
+        ``_run_many``); elsewhere a pipeline is one connection, and redis-py's retry of it sends the whole batch
+        again on a new one. Unpinned on a Cluster: the cluster pipeline (its retries resend script calls only)."""
+        if pinned and isinstance(self.redis, RedisCluster):
+            return await on_slot_connection(self.redis, self.keys.pending, commands)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=False))
 
     async def _eval_raw(self, script: SlotScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """One script call whose reply is left as bytes (it carries queue items, which may be any bytes)."""
