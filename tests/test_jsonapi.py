@@ -4,6 +4,7 @@ would queue), proxy fields, wrong field types, unsupported types, solution shape
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from captcha_worker.protocols import jsonapi_tasks
 from captcha_worker.protocols.jsonapi_errors import JsonError, from_v1
 from captcha_worker.protocols.jsonapi_tasks import Mapped, Refused, map_task, solution
 from captcha_worker.task import make_task
+from tests.helpers import ROOT
 
 SITEKEY = "6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-"
 PAGE = "https://example.com/login"
@@ -165,3 +167,10 @@ def test_captchaai_codes_map_by_meaning() -> None:
 
 def test_type_names_match_without_case() -> None:
     assert jsonapi_tasks.task_type("recaptchav2taskproxyless") is jsonapi_tasks.task_type("RecaptchaV2TaskProxyless")
+
+
+def test_the_gateway_doc_lists_every_task_type() -> None:
+    doc = (ROOT / "docs" / "gateway.md").read_text()
+    table = doc.split("| kind | task types | solution |", 1)[1].split("\n\n", 1)[0]
+    listed = set(re.findall(r"`([A-Za-z0-9]+Task(?:Proxyless)?)`", table))
+    assert listed == {t.name for t in jsonapi_tasks.TASK_TYPES}
