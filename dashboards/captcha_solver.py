@@ -129,7 +129,14 @@ API = Row("CaptchaAI API", (
           "unknown id, unsolvable); and the producers' report_bad / report_good sent to CaptchaAI.",
           (Q("resumed: {{outcome}}", f"sum by (outcome) ({rate('resumed_solves_total')})"),
            Q("report {{verdict}}: {{outcome}}", f"sum by (verdict, outcome) ({rate('reports_total')})")),
-          w=24, unit="reqps"),
+          w=12, unit="reqps"),
+    Graph("Pingbacks",
+          "Pingback mode (PINGBACK_URL): callbacks the receivers answered, by outcome (accepted, duplicate; refused: "
+          "unknown, forbidden = wrong token or id, invalid; failed = Redis unreachable), and how solves submitted "
+          "with a pingback were answered: by the callback, or by a fallback poll (the callback was lost or late).",
+          (Q("callback {{outcome}}", f"sum by (outcome) ({rate('pingbacks_total')})"),
+           Q("answered by {{via}}", f"sum by (via) ({rate('pingback_solves_total')})")),
+          w=12, unit="reqps"),
 ))
 
 ERRORS = Row("Errors", (

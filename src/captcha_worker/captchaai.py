@@ -41,7 +41,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import aiohttp
@@ -56,6 +56,9 @@ from captcha_worker.codes import classify as classify  # noqa: PLC0414
 from captcha_worker.codes import describe as describe  # noqa: PLC0414
 from captcha_worker.config import Secret
 from captcha_worker.methods import Answer as Answer  # noqa: PLC0414 - the API's answer, importable from here
+
+if TYPE_CHECKING:
+    from captcha_worker.pingback import Hub, Ticket
 
 _FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -233,6 +236,16 @@ class PollSchedule:
         return base * (0.95 + 0.1 * random.random())
 
 
+class FallbackSchedule(PollSchedule):
+    """Pingback mode's polls, the fallback for a lost callback: none until the tail of the solve-time distribution
+    (mean + 2.5 sd), then every 5 s (scaled); ±5 % jitter."""
+
+    def __init__(self, mean_s: float, stddev_s: float, scale: float = 1.0) -> None:
+        super().__init__(mean_s, stddev_s, scale)
+        self.first = max(self.tail_after, self.MIN_INTERVAL_S / scale)
+        self.interval = self.tail_interval
+
+
 @dataclass(frozen=True)
 class Solution:
     answer: Answer
@@ -299,7 +312,7 @@ class CaptchaAI:
 
     def __init__(self, key: Secret, base_url: str = "https://ocr.captchaai.com", *,
                  http_timeout_s: float = 30.0, poll_timeout_s: float = 5.0, retry: RetryPolicy | None = None,
-                 poll_scale: float = 1.0, max_connections: int = 100) -> None:
+                 poll_scale: float = 1.0, max_connections: int = 100, pingback: Hub | None = None) -> None:
         self._key = key
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
@@ -309,6 +322,7 @@ class CaptchaAI:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._latency: dict[str, LatencyModel] = {}
+        self.pingback = pingback  # pingback mode (PINGBACK_URL): callbacks answer, polls are the fallback
 
     def set_key(self, key: Secret) -> None:
         """Use `key` from the next request on (a rotated key: keyfile.watch_key_file); requests in flight finish
@@ -483,20 +497,36 @@ class CaptchaAI:
             if stats.resumed:  # the resumed solve was unsolvable: that was a round
                 rounds -= 1
         for round_ in range(max(rounds, 1)):
-            captcha_id = await self._submit_with_capacity_backoff(method, params, deadline, stats, sleep)
-            stats.captcha_id, stats.captcha_until = captcha_id, time.time() + self.solve_window(kind)
-            if on_submit is not None and CAPTCHA_ID_RE.fullmatch(captcha_id):
-                on_submit(captcha_id, self.solve_window(kind))
+            ticket = await self.pingback.open(self.solve_window(kind)) if self.pingback is not None else None
             try:
-                answer = await self._poll(captcha_id, p)
+                answer = await self._submit_and_poll(p, method, params, ticket, on_submit)
             except TaskFailed as exc:
                 stats.captcha_id = None
                 if exc.code == Code.ERROR_CAPTCHA_UNSOLVABLE and round_ < rounds - 1:
                     metrics.RETRIES.labels("unsolvable").inc()
                     continue
                 raise
+            finally:
+                if ticket is not None and self.pingback is not None:
+                    await self.pingback.take(ticket)  # idempotent: no answer stays in Redis past the solve
             return self._solution(answer, stats)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _submit_and_poll(self, p: _Solve, method: str, params: Mapping[str, str], ticket: Ticket | None,
+                               on_submit: OnSubmit | None) -> Answer:
+        """One round: in.php (with the ticket's pingback URL), then the answer (callback or polls)."""
+        stats, window = p.stats, self.solve_window(p.kind)
+        fields = {**params, "pingback": ticket.url} if ticket is not None else params
+        captcha_id = await self._submit_with_capacity_backoff(method, fields, p.deadline, stats, p.sleep)
+        stats.captcha_id, stats.captcha_until = captcha_id, time.time() + window
+        if on_submit is not None and CAPTCHA_ID_RE.fullmatch(captcha_id):
+            on_submit(captcha_id, window)
+        if ticket is not None and self.pingback is not None and CAPTCHA_ID_RE.fullmatch(captcha_id):
+            early = await self.pingback.bind(ticket, captcha_id, window)
+            if early is not None and not _is_api_error(early):
+                metrics.PINGBACK_SOLVES.labels("pingback").inc()
+                return early
+        return await self._poll(captcha_id, p, ticket=ticket)
 
     async def _resume(self, p: _Solve, resume: Resume) -> Answer | None:
         """Poll a solve an earlier owner submitted. None: submit again (`stats.resumed` is set when it was
@@ -554,9 +584,13 @@ class CaptchaAI:
         return (model, PollSchedule(model.mean, model.stddev, self.poll_scale),
                 PollSchedule(model.mean, model.stddev, self.poll_scale, dense=True))
 
-    async def _poll(self, captcha_id: str, p: _Solve, *, elapsed: float = 0.0, learn: bool = True) -> Answer:
-        """Poll until answered, the deadline, or the id's window (`elapsed`: seconds since its submission)."""
+    async def _poll(self, captcha_id: str, p: _Solve, *, elapsed: float = 0.0, learn: bool = True,
+                    ticket: Ticket | None = None) -> Answer:
+        """Poll until answered, the deadline, or the id's window (`elapsed`: seconds since its submission).
+        With a pingback `ticket`, the callback answers and polls follow the FallbackSchedule."""
         model, normal, dense = self._schedules(p.kind)
+        if ticket is not None:
+            normal = dense = FallbackSchedule(model.mean, model.stddev, self.poll_scale)
         deadline = min(p.deadline, p.stats.captcha_until) if p.stats.captcha_until else p.deadline
         submitted = time.monotonic() - elapsed
         previous: float | None = None  # when the last unanswered poll was made, after the submission
@@ -567,7 +601,15 @@ class CaptchaAI:
             wait = schedule.delay(n, time.monotonic() - submitted)
             if failed:  # the answer may be ready: look again soon rather than at the next scheduled poll
                 wait = min(wait, self.retry.transient_initial_s * (1 + random.random()))
-            await self._wait_for_poll(wait, deadline, p.sleep)
+            if ticket is not None:
+                called = await self._wait_for_pingback(ticket, wait, deadline)
+                if called is not None:
+                    if learn:
+                        model.observe(time.monotonic() - submitted)
+                    metrics.PINGBACK_SOLVES.labels("pingback").inc()
+                    return called
+            else:
+                await self._wait_for_poll(wait, deadline, p.sleep)
             p.stats.polls += 1
             try:
                 answer = await self.get(captcha_id, p.stats, retry=False)
@@ -583,12 +625,27 @@ class CaptchaAI:
             if answer is not None:
                 if not blurred:  # a failed (maybe slow) poll in the gap would teach a solve time it never took
                     model.observe_found(since, previous)
+                if ticket is not None:
+                    metrics.PINGBACK_SOLVES.labels("poll").inc()
                 return answer
             blurred = not learn
             if time.time() >= deadline:
                 raise SolveTimeout("solve time limit reached")
             previous = since
             n += 1
+
+    async def _wait_for_pingback(self, ticket: Ticket, wait: float, deadline: float) -> Answer | None:
+        """Wait for the ticket's callback until the next fallback poll is due: its answer, or None (poll now). A
+        callback whose code is an API error only cuts the wait short (the poll gives the API's verdict)."""
+        assert self.pingback is not None
+        remaining = deadline - time.time()
+        if remaining <= 0:
+            raise SolveTimeout("solve time limit reached")
+        if await self.pingback.wait(ticket, min(wait, remaining)):
+            answer = await self.pingback.take(ticket)
+            if answer is not None and not _is_api_error(answer):
+                return answer
+        return None
 
     @staticmethod
     async def _wait_for_poll(wait: float, deadline: float, sleep: Sleep) -> None:
@@ -609,6 +666,11 @@ class _Solve:
     stats: SolveStats
     sleep: Sleep
     hurry: Hurry | None
+
+
+def _is_api_error(answer: Answer) -> bool:
+    """A callback's code that is an API error (ERROR_CAPTCHA_UNSOLVABLE), not an answer."""
+    return answer.request.startswith("ERROR_")
 
 
 def _b64decode(value: str) -> bytes:

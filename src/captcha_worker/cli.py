@@ -36,6 +36,7 @@ from captcha_worker.connection import connect, describe_refusal, refusal, tls_hi
 from captcha_worker.gateway.config import tenant_json
 from captcha_worker.metrics import ProbeServer
 from captcha_worker.output import Progress, outcome_json
+from captcha_worker.pingback import Receiver
 from captcha_worker.queue import DeadLetter, RedisQueue
 from captcha_worker.task import payload_view
 from captcha_worker.worker import open_worker
@@ -107,6 +108,13 @@ async def _run_worker(cfg: WorkerConfig) -> int:
         except OSError as exc:
             return _die("captcha-worker run", f"cannot listen on {cfg.metrics_host}:{cfg.metrics_port}: "
                                               f"{exc.strerror}")
+        if cfg.pingback_url:  # every worker receives callbacks for any worker's solves (the pingback Service)
+            try:
+                await stack.enter_async_context(Receiver(worker.queue.redis, cfg.queue, cfg.pingback_host,
+                                                         cfg.pingback_port))
+            except OSError as exc:
+                return _die("captcha-worker run", f"cannot listen on {cfg.pingback_host}:{cfg.pingback_port} "
+                                                  f"(PINGBACK_PORT): {exc.strerror}")
         await worker.run(stop, hard)
     return EXIT_OK
 

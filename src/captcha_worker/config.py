@@ -327,6 +327,9 @@ class WorkerConfig:
     monthly_price: float
     time_scale: float  # divides poll and backoff delays (pair with the simulator's --speed)
     log_level: str
+    pingback_url: str | None = None  # PINGBACK_URL: the receiver's external base URL (None: polling only)
+    pingback_host: str = "0.0.0.0"  # noqa: S104 - CaptchaAI calls in from outside (through the Service/Ingress)
+    pingback_port: int = 8090
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> WorkerConfig:
@@ -374,6 +377,9 @@ class WorkerConfig:
             monthly_price=e.number("CAPTCHAAI_MONTHLY_PRICE", 0.0),
             time_scale=e.number("API_TIME_SCALE", 1.0, minimum=0.001),
             log_level=log_level,
+            pingback_url=pingback_url(e),
+            pingback_host=e.text("PINGBACK_HOST", "0.0.0.0"),  # noqa: S104
+            pingback_port=e.integer("PINGBACK_PORT", 8090, minimum=0, maximum=65535),
         )
 
 
@@ -417,3 +423,16 @@ def api_key_from_env(env: Mapping[str, str], *, checked: bool = True) -> tuple[s
         return key, path
     key = e.required("CAPTCHAAI_KEY", "the CaptchaAI API key (32 characters), or CAPTCHAAI_KEY_FILE: a file with it")
     return (check_api_key(key, "CAPTCHAAI_KEY") if checked else key), None
+
+
+def pingback_url(e: _Env) -> str | None:
+    """PINGBACK_URL: an http(s) base URL without query or fragment ("" or unset: pingback mode off)."""
+    url = (e.raw("PINGBACK_URL") or "").strip().rstrip("/")
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.hostname or parts.query or parts.fragment \
+            or parts.username is not None or len(url) > 512:
+        raise ConfigError(f"PINGBACK_URL must be an http(s) base URL without credentials, query or fragment "
+                          f"(the receiver's address as CaptchaAI reaches it), got {redact_url(url)[:100]!r}")
+    return url

@@ -40,6 +40,8 @@ OUTCOMES = ("solved", "error", "expired", "dead_lettered", "duplicate", "release
 RETRY_CLASSES = ("capacity", "transient", "unsolvable", "requeue")
 RESUME_OUTCOMES = ("answered", "window_passed", "unknown_id", "unsolvable")
 REPORT_OUTCOMES = ("sent", "rejected", "failed")
+PINGBACK_OUTCOMES = ("accepted", "duplicate", "unknown", "forbidden", "invalid", "failed")
+PINGBACK_VIA = ("pingback", "poll")
 #: the fatal API codes (the FATAL class of the codes table), pre-created so an alert's increase() sees the first one
 FATAL_CODES = tuple(c.value for c in codes.FATAL)
 
@@ -135,6 +137,13 @@ REDIS_ERRORS = Counter(f"{PREFIX}redis_errors_total",
                        "Redis operations that failed with an outage and were retried, by reason (connection, "
                        "timeout, loading, oom, readonly, ...).", ["reason"])
 DEAD_LETTERS = Counter(f"{PREFIX}dead_letters_total", "Items this worker dead-lettered, by code.", ["code"])
+PINGBACKS = Counter(f"{PREFIX}pingbacks_total",
+                    "Pingback callbacks this worker's receiver answered (PINGBACK_URL), by outcome: accepted, "
+                    "duplicate, unknown (404), forbidden (403: wrong token or id), invalid (400), failed (503: Redis).",
+                    ["outcome"])
+PINGBACK_SOLVES = Counter(f"{PREFIX}pingback_solves_total",
+                          "Solves of this worker submitted with a pingback, by how the answer came: pingback, or "
+                          "poll (the fallback: the callback was lost, late, or an error code to confirm).", ["via"])
 BUILD_INFO = Gauge(f"{PREFIX}build_info", "Build information.", ["version", "python"])
 
 
@@ -167,6 +176,10 @@ def init(*, concurrency: int, budget_limit: int, monthly_price: float) -> None:
         DEAD_LETTERS.labels(code)
     for reason in REDIS_REFUSALS:
         REDIS_ERRORS.labels(reason)
+    for outcome in PINGBACK_OUTCOMES:
+        PINGBACKS.labels(outcome)
+    for via in PINGBACK_VIA:
+        PINGBACK_SOLVES.labels(via)
 
 
 class ProbeServer:

@@ -38,7 +38,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any, ParamSpec, TypeVar
 
 from redis import exceptions as rexc
@@ -53,6 +53,7 @@ from captcha_worker.connection import Client, Refusal, connect, describe_refusal
 from captcha_worker.job import Api, Job, JobRunner
 from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
+from captcha_worker.pingback import Hub
 from captcha_worker.queue import Claimed, ClaimFlag, ClaimReply, QueueStats, RedisQueue, Renewal, Report, item_ref
 
 log = logging.getLogger("captcha_worker.worker")
@@ -561,10 +562,15 @@ async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> Asy
     worker_id = worker_id or default_worker_id()
     redis = connect(cfg.redis, client_name=f"captcha-worker-{worker_id}")
     try:
-        async with CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=cfg.http_timeout_seconds,
-                             poll_timeout_s=cfg.http_poll_timeout_seconds,
-                             retry=RetryPolicy.scaled(cfg.time_scale), poll_scale=cfg.time_scale,
-                             max_connections=max(100, cfg.concurrency)) as api:
+        async with AsyncExitStack() as stack:
+            hub = None
+            if cfg.pingback_url:  # pingback mode: this process's solves are woken through its wake list
+                hub = await stack.enter_async_context(Hub(redis, cfg.queue, worker_id, cfg.pingback_url,
+                                                          time_scale=cfg.time_scale))
+            api = await stack.enter_async_context(CaptchaAI(
+                cfg.api_key, cfg.api_url, http_timeout_s=cfg.http_timeout_seconds,
+                poll_timeout_s=cfg.http_poll_timeout_seconds, retry=RetryPolicy.scaled(cfg.time_scale),
+                poll_scale=cfg.time_scale, max_connections=max(100, cfg.concurrency), pingback=hub))
             worker, reload = Worker(cfg, redis, api, worker_id=worker_id), None
             if cfg.api_key_file:  # a key rotated in its Secret reaches this process without a restart
                 def rotate(key: Secret) -> None:

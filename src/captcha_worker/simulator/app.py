@@ -69,6 +69,7 @@ class Simulator:
         self._bans = BanList()
         self._counters = Counters()
         self._pingbacks = Pingbacks(self._count_pingback)
+        self._started = asyncio.Event()  # a task started: the tick looks at when it is ready
         self._next_id = self._rng.randrange(10**10, 7 * 10**10)
 
     @property
@@ -177,10 +178,17 @@ class Simulator:
         return app
 
     async def _background(self, _app: web.Application) -> AsyncIterator[None]:
-        """The periodic tick (completions, pingbacks, expiry) and the pingback client, for the app's life."""
+        """The periodic tick (completions, pingbacks, expiry) and the pingback client, for the app's life. The
+        tick also comes when the next running task is ready, so a pingback leaves at its task's ready time (not up
+        to a tick later: at --speed S that would be S times as long in the clients' scaled seconds)."""
         async def tick() -> None:
             while True:
-                await asyncio.sleep(_TICK_S)
+                ready = self._scheduler.next_ready()
+                wait = _TICK_S if ready is None else min(_TICK_S, max(ready - self._clock(), 0.0) + 0.001)
+                self._started.clear()
+                with suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._started.wait()
                 self.housekeep()
 
         await self._pingbacks.start()
@@ -295,6 +303,7 @@ class Simulator:
         task = self._new_task(kind, req, now, callback_json)
         if self._scheduler.has_room():
             self._scheduler.start(task, now)
+            self._started.set()
         else:
             self._scheduler.wait(task)
         self._counters.submitted += 1

@@ -77,6 +77,10 @@ class Scheduler:
     def queue_length(self) -> int:
         return len(self._waiting)
 
+    def next_ready(self) -> float | None:
+        """When the next running task's answer is ready (None: none is running)."""
+        return self._running[0][0] if self._running else None
+
     def has_room(self) -> bool:
         return not self._waiting and len(self._running) < self._threads
 
