@@ -370,13 +370,16 @@ def test_a_chart_bump_restarts_no_pod(helm: str, tmp_path: Path, helm_env: dict[
     meta = bumped / "Chart.yaml"
     meta.write_text(re.sub(r"(?m)^(version|appVersion): .*$", r'\1: "9.9.9"', meta.read_text()))
 
-    def templates(chart: Path) -> dict[str, dict[str, Any]]:
-        out = run(template_cmd(helm, chart, "simulator-staging", "--set", "image.tag=0.1.0"), env=helm_env).stdout
+    def templates(chart: Path, case: str) -> dict[str, dict[str, Any]]:
+        out = run(template_cmd(helm, chart, case, "--set", "image.tag=0.1.0"), env=helm_env).stdout
         return {f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]
                 for d in Rendering(helm, "bump", out).docs if d["kind"] in ("Deployment", "StatefulSet")}
 
-    before, after = templates(CHART), templates(bumped)
+    before, after = templates(CHART, "simulator-staging"), templates(bumped, "simulator-staging")
     assert len(before) == 3  # worker, simulator, Redis
+    assert before == after
+    before, after = templates(CHART, "gateway-multi-tenant"), templates(bumped, "gateway-multi-tenant")
+    assert any(name.endswith("-gateway") for name in before)  # the gateway's pods too
     assert before == after
 
 

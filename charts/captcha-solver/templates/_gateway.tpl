@@ -84,6 +84,7 @@ Its templates are gateway-*.yaml; every one renders only with gateway.enabled.
 
 {{/* Checksums that roll the gateway pods when their tenants or secrets change. */}}
 {{- define "captcha-solver.gateway.checksums" -}}
-checksum/config: {{ include (print $.Template.BasePath "/gateway-configmap.yaml") . | sha256sum }}
+{{- /* the ConfigMap's data only: its labels carry the chart version, and a chart bump must restart no pod */}}
+checksum/config: {{ list (include "captcha-solver.gateway.tenantsJson" .) (include "captcha-solver.gateway.config" .) | toJson | sha256sum }}
 checksum/tenants: {{ .Values.gateway.tenants | toJson | sha256sum }}
 {{- end -}}
