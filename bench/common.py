@@ -113,6 +113,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
 
 
+#: each benchmark of `python -m bench.run` and the name of its result file (bench/results/<name>.json)
+NAMES = {
+    "p1": "p1_queue_overhead",
+    "p2": "p2_capacity",
+    "p3": "p3_latency",
+    "p4": "p4_polling",
+    "p5": "p5_utilisation",
+    "p6": "p6_faults",
+    "p7": "p7_planner",
+    "p8": "p8_gateway",
+    "demo": "demo_calls",
+}
+
+
 def summary(values: Sequence[float]) -> dict[str, Any]:
     """Median and spread of repeated measurements (min, max, IQR) plus the raw runs."""
     xs = [float(v) for v in values]

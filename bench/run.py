@@ -17,18 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT, log, write_result
-
-NAMES = {
-    "p1": "p1_queue_overhead",
-    "p2": "p2_capacity",
-    "p3": "p3_latency",
-    "p4": "p4_polling",
-    "p5": "p5_utilisation",
-    "p6": "p6_faults",
-    "p7": "p7_planner",
-    "p8": "p8_gateway",
-}
+from bench.common import NAMES, RESULTS, ROOT, log, write_result
 
 
 def ensure_bench_deps() -> None:
@@ -112,14 +101,21 @@ def _p8(smoke: bool, profile: Path | None) -> dict[str, Any]:
     return p8_gateway.run(window_s=10.0, reps=3, clients=500, duration_s=60.0, warm_s=10.0)
 
 
+def _demo(smoke: bool, profile: Path | None) -> dict[str, Any]:
+    from bench import demo_calls  # noqa: PLC0415 - a benchmark stage is imported when it runs
+    if smoke:
+        return demo_calls.run(tasks=20, reps=1)
+    return demo_calls.run(tasks=200, reps=5)
+
+
 RUNNERS: dict[str, Callable[[bool, Path | None], dict[str, Any]]] = {
-    "p1": _p1, "p2": _p2, "p3": _p3, "p4": _p4, "p5": _p5, "p6": _p6, "p7": _p7, "p8": _p8}
+    "p1": _p1, "p2": _p2, "p3": _p3, "p4": _p4, "p5": _p5, "p6": _p6, "p7": _p7, "p8": _p8, "demo": _demo}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("benchmarks", nargs="*", choices=[*RUNNERS, []], metavar="p1..p8",
+    p.add_argument("benchmarks", nargs="*", choices=[*RUNNERS, []], metavar="p1..p8|demo",
                    help="which benchmarks (default: all)")
     p.add_argument("--smoke", action="store_true", help="toy sizes, a few seconds each, no timing claims")
     p.add_argument("--out", type=Path, help="result directory (default bench/results; required with --smoke)")

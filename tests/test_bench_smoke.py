@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bench.demo_calls import parse
 from tests.helpers import ROOT, redis_server_binary
 
 pytestmark = pytest.mark.slow  # every benchmark end to end, in smoke mode (~100 s)
@@ -113,7 +114,10 @@ def test_p5_utilisation(results: Path) -> None:
     for key in ("at_cap_fraction", "utilisation", "over_cap_rejections", "max_in_flight"):
         assert SUMMARY <= d[key].keys()
     assert d["runs"][-1]["series"], "the last run keeps its in-flight time series for the plot"
-    assert {"p5_at_cap_ge_98pct", "p5_zero_over_cap"} <= d["targets"].keys()
+    assert {"p5_at_cap_ge_98pct", "p5_zero_over_cap", "p5_dense_utilisation_ge_95pct"} <= d["targets"].keys()
+    assert set(d["modes"]) == {"default", "dense"}, "both poll modes are measured"
+    for mode in d["modes"].values():
+        assert SUMMARY <= mode["api_calls_per_solve"].keys() and mode["api_calls_per_solve"]["median"] >= 1
 
 
 def test_p6_faults(results: Path) -> None:
@@ -168,3 +172,16 @@ def test_report_renders_from_smoke_results(results: Path, tmp_path: Path) -> Non
     assert "_no results yet" not in text and "PLACEHOLDER" not in text
     for block in blocks:
         assert f"<!-- BEGIN GENERATED: {block} -->" in text
+
+
+def test_demo_calls(results: Path) -> None:
+    d = load(results, "demo_calls")
+    assert SUMMARY <= d["api_calls_per_solve"].keys() and d["api_calls_per_solve"]["median"] >= 1
+    assert "demo_calls_per_solve_le_5_2" in d["targets"] and d["runs"][0]["utilisation_pct"] > 0
+
+
+def test_the_demo_table_parses() -> None:
+    table = ("| throughput          | 13.4 solves/s                 |\n"
+             "| API calls / solve   | 5.14 (in.php + res.php, simulator count) |\n"
+             "| plan utilisation    | 69 % of thread-time busy while the demo ran |\n")
+    assert parse(table) == {"throughput": 13.4, "API calls / solve": 5.14, "plan utilisation": 69.0}

@@ -6,10 +6,12 @@ import io
 import json
 import logging
 
+import fakeredis
 import pytest
 
 from captcha_worker import log
 from captcha_worker.config import ConfigError, ProducerConfig, Secret, WorkerConfig, redact_url
+from captcha_worker.worker import Worker
 from tests.helpers import KEY, run_cli
 
 GOOD = {"CAPTCHAAI_KEY": KEY, "CAPTCHAAI_THREADS": "10", "REDIS_URL": "rediss://user:pw@redis.example:6380/2"}
@@ -127,3 +129,14 @@ def test_bad_redis_mode_settings_are_one_sentence(env: dict[str, str], message: 
         WorkerConfig.from_env({**BASE, **env})
     assert message in str(info.value), str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_dense_polls_are_opt_in() -> None:
+    """POLL_DENSE_WHEN_CONTENDED: off unless asked for; a worker whose claims see a backlog hurries only then."""
+    for env, dense in (({}, False), ({"POLL_DENSE_WHEN_CONTENDED": "true"}, True)):
+        cfg = WorkerConfig.from_env({**GOOD, **env})
+        assert cfg.poll_dense_when_contended is dense
+        worker = Worker(cfg, fakeredis.FakeAsyncRedis(), api=None)  # type: ignore[arg-type]
+        assert worker.hurry() is False, "no backlog seen yet"
+        worker._contended = True  # what _observe_claim sets when a claim finds tasks waiting for a thread
+        assert worker.hurry() is dense

@@ -321,6 +321,7 @@ class WorkerConfig:
     http_timeout_seconds: float
     http_poll_timeout_seconds: float
     threadsinfo_interval_seconds: float
+    poll_dense_when_contended: bool  # dense polls while tasks wait for a plan thread (more calls, less idle)
     compat_results_hash: bool
     compat_queue_list: str | None  # the seed guide's list (captcha:queue) workers also take raw tasks from
     dead_letter_max: int
@@ -371,6 +372,7 @@ class WorkerConfig:
             http_timeout_seconds=e.number("HTTP_TIMEOUT_SECONDS", 30.0, minimum=1.0),
             http_poll_timeout_seconds=e.number("HTTP_POLL_TIMEOUT_SECONDS", 5.0, minimum=0.5),
             threadsinfo_interval_seconds=e.number("THREADSINFO_INTERVAL_SECONDS", 300.0, minimum=5.0),
+            poll_dense_when_contended=e.flag("POLL_DENSE_WHEN_CONTENDED", False),
             compat_results_hash=e.flag("COMPAT_RESULTS_HASH", False),
             compat_queue_list=compat_list(e, queue_name(env)),
             dead_letter_max=e.integer("DEAD_LETTER_MAX", DEFAULT_DEAD_LETTER_MAX, minimum=1),

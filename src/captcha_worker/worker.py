@@ -95,7 +95,7 @@ class Worker:
         self.budget_limit: int | None = None  # the effective limit, as last read
         self.plan_threads: int | None = None  # threadsinfo's, as last read
         self.last_pending = 0
-        self._contended = False  # tasks wait for a plan thread: polls go dense (captchaai.PollSchedule)
+        self._contended = False  # tasks wait for a plan thread: polls may go dense (hurry)
         self._waiting_slots, self._waiting_since = 0, time.monotonic()
         self._wake = asyncio.Event()  # capacity changed: the claimer looks again
         self._stop = asyncio.Event()  # SIGTERM: stop claiming
@@ -115,9 +115,10 @@ class Worker:
         return self.phase.value
 
     def hurry(self) -> bool:
-        """Whether tasks are waiting for a plan thread (then every second a solved answer waits to be fetched is a
-        thread lost to them, and polls come densely)."""
-        return self._contended
+        """Whether polls come densely: tasks are waiting for a plan thread (then every second a solved answer waits
+        to be fetched is a thread lost to them) and POLL_DENSE_WHEN_CONTENDED is on (off by default: about twice
+        the calls per solve for a few points of utilisation; docs/benchmarks.md, P5)."""
+        return self.cfg.poll_dense_when_contended and self._contended
 
     async def redis(self, what: str, op: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T | None:
         return await self._redis(what, op, *args, **kwargs)

@@ -81,6 +81,7 @@
   "UNSOLVABLE_RETRIES" (toString (int .Values.worker.unsolvableRetries))
   "HTTP_TIMEOUT_SECONDS" (toString (int .Values.worker.httpTimeoutSeconds))
   "THREADSINFO_INTERVAL_SECONDS" (toString (int .Values.worker.threadsinfoIntervalSeconds))
+  "POLL_DENSE_WHEN_CONTENDED" (toString .Values.worker.pollDenseWhenContended)
   "COMPAT_RESULTS_HASH" (toString .Values.worker.compatResultsHash)
   "LOG_LEVEL" .Values.worker.logLevel
 -}}
