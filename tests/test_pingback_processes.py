@@ -1,0 +1,215 @@
+"""Pingback mode with real processes: a redis-server, the simulator (`captcha-worker simulator`, which calls every
+task's pingback URL) and two `captcha-worker run` workers with PINGBACK_URL set. The callbacks pass through a
+relay in this test process (the network between CaptchaAI and the cluster: it can duplicate, drop or forge them)
+to worker 0's receiver only, so every solve of worker 1 is woken across processes, through Redis.
+
+Scenarios: callbacks delivered (answered with no poll, worker 1 woken by worker 0's receiver), duplicated
+(idempotent: one result each, the duplicates counted), forged (wrong token, unknown handle: refused and
+counted, no token or answer in logs or metrics), dropped (the fallback polls solve everything) and the receiver
+down (worker 0 stopped: the simulator's pingbacks fail, worker 1 solves by polling)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from captcha_worker.client import CaptchaQueue, Solved, TaskSpec
+from tests.helpers import KEY, free_port, wait_port
+from tests.procs import RedisServer, SimProc, WorkerProc
+
+pytestmark = pytest.mark.slow
+
+N = 20
+SPEED = "10"
+TASK = TaskSpec("turnstile", {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"})
+
+
+@dataclass
+class Relay:
+    """GET relay in a thread of its own: forwards each callback to `target` `copies` times (0: dropped, answered
+    200), after `forged` extra calls with a wrong token and an unknown handle; records what it relayed."""
+
+    target: str = ""
+    copies: int = 1
+    forge: bool = False
+    port: int = field(default_factory=free_port)
+    seen: list[dict[str, str]] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        ready = threading.Event()
+        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
+        assert ready.wait(10)
+
+    def _serve(self, ready: threading.Event) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self._relay)
+        runner = web.AppRunner(app, access_log=None)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        ready.set()
+        loop.run_forever()
+
+    async def _relay(self, request: web.Request) -> web.Response:
+        query = dict(request.query)
+        self.seen.append(query)
+        async with aiohttp.ClientSession() as session:
+            if self.forge:
+                forged = {**query, "t": query["t"][:-4] + "AAAA"}
+                await self._get(session, f"{request.path}?{urlencode(forged)}")
+                other = request.path.rsplit("/", 1)[0] + "/" + "Z" * 16
+                await self._get(session, f"{other}?{urlencode(query)}")
+            status = 200
+            for _ in range(self.copies):
+                status = await self._get(session, request.path_qs)
+        return web.Response(status=status)
+
+    async def _get(self, session: aiohttp.ClientSession, path_qs: str) -> int:
+        try:
+            async with session.get(self.target + path_qs) as resp:
+                self.statuses.append(resp.status)
+                return resp.status
+        except aiohttp.ClientError:
+            self.statuses.append(502)
+            return 502
+
+
+@dataclass
+class Stack:
+    redis: RedisServer
+    sim: SimProc
+    relay: Relay
+    workers: list[WorkerProc]
+
+    def total(self, name: str, **labels: str) -> float:
+        return sum(w.metric(name, **labels) for w in self.workers if w.alive())
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    d = tmp_path_factory.mktemp("pingback")
+    redis = RedisServer(free_port(), str(d))
+    redis.start()
+    sim = SimProc(d, "--threads", "50", "--speed", SPEED, "--seed", "5")
+    relay = Relay()
+    relay.start()
+    env = {"REDIS_URL": redis.url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "50",
+           "WORKER_CONCURRENCY": "25", "API_TIME_SCALE": SPEED, "LEASE_SECONDS": "5", "LOG_LEVEL": "debug",
+           "PINGBACK_URL": relay.url + "/cluster/", "PINGBACK_HOST": "127.0.0.1"}
+    ports = [free_port(), free_port()]
+    workers = [WorkerProc(f"w{i}", {**env, "PINGBACK_PORT": str(p)}, d) for i, p in enumerate(ports)]
+    relay.target = f"http://127.0.0.1:{ports[0]}"  # every callback reaches worker 0's receiver only
+    for w in workers:
+        w.start()
+    for w in workers:
+        wait_port(w.metrics_port)
+    wait_port(ports[0])
+    try:
+        yield Stack(redis, sim, relay, workers)
+    finally:
+        for w in workers:
+            if w.alive():
+                w.signal(15)
+                w.wait(20)
+        sim.stop()
+        redis.stop()
+
+
+async def solve_batch(stack: Stack, n: int = N) -> list[Solved]:
+    async with CaptchaQueue.from_url(stack.redis.url) as q:
+        ids = await q.submit_many([TASK] * n)
+        outcomes = [o async for o in q.as_completed(ids, timeout=60)]
+    assert all(isinstance(o, Solved) for o in outcomes), outcomes
+    return [o for o in outcomes if isinstance(o, Solved)]
+
+
+def counts(stack: Stack) -> dict[str, float]:
+    out = {f"via_{v}": stack.total("captcha_solver_pingback_solves_total", via=v) for v in ("pingback", "poll")}
+    w0 = stack.workers[0]
+    for o in ("accepted", "duplicate", "unknown", "forbidden", "invalid", "failed"):
+        out[o] = w0.metric("captcha_solver_pingbacks_total", outcome=o)
+    sim = stack.sim.stats()
+    out["sent"], out["send_failed"] = sim["pingbacks_sent"], sim["pingbacks_failed"]
+    out["w1_via_pingback"] = stack.workers[1].metric("captcha_solver_pingback_solves_total", via="pingback")
+    return out
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in after}
+
+
+async def test_callbacks_answer_solves_across_processes(stack: Stack) -> None:
+    before = counts(stack)
+    solved = await solve_batch(stack)
+    d = delta(counts(stack), before)
+    assert d["via_pingback"] + d["via_poll"] == N
+    assert d["sent"] == N and d["accepted"] + d["duplicate"] == N  # a callback after a poll answered: duplicate
+    assert d["accepted"] == d["via_pingback"]
+    assert d["w1_via_pingback"] >= 1  # worker 1 has no callback of its own: woken through Redis
+    assert all(s.solution for s in solved)
+
+
+async def test_duplicated_callbacks_change_nothing(stack: Stack) -> None:
+    stack.relay.copies = 3
+    try:
+        before, sim_before = counts(stack), stack.sim.stats()
+        solved = await solve_batch(stack)
+        d, sim = delta(counts(stack), before), stack.sim.stats()
+    finally:
+        stack.relay.copies = 1
+    assert len({s.id for s in solved}) == N
+    assert sim["calls"]["in.php"] - sim_before["calls"]["in.php"] == N  # nothing was submitted twice
+    assert d["accepted"] + d["duplicate"] == 3 * N and d["duplicate"] >= 2 * N
+    assert d["via_pingback"] + d["via_poll"] == N
+
+
+async def test_forged_callbacks_are_refused_counted_and_never_logged(stack: Stack) -> None:
+    stack.relay.forge, seen = True, len(stack.relay.seen)
+    try:
+        before = counts(stack)
+        solved = await solve_batch(stack)
+        d = delta(counts(stack), before)
+    finally:
+        stack.relay.forge = False
+    assert (d["forbidden"], d["unknown"]) == (N, N)
+    assert d["accepted"] + d["duplicate"] == N and d["via_pingback"] == d["accepted"]
+    tokens = {q["t"] for q in stack.relay.seen[seen:]}
+    text = "".join(w.logs() + w.http("/metrics")[1] for w in stack.workers)
+    assert len(tokens) == N
+    assert not [t for t in tokens if t in text] and not [s.solution for s in solved if s.solution in text]
+
+
+async def test_dropped_callbacks_are_answered_by_the_fallback_polls(stack: Stack) -> None:
+    stack.relay.copies = 0
+    try:
+        before = counts(stack)
+        await solve_batch(stack)
+        d = delta(counts(stack), before)
+    finally:
+        stack.relay.copies = 1
+    assert d["sent"] == N and d["accepted"] == 0
+    assert (d["via_pingback"], d["via_poll"]) == (0, N)
+
+
+async def test_with_the_receiver_down_the_solves_are_polled(stack: Stack) -> None:
+    w0, w1 = stack.workers
+    w0.signal(15)
+    assert w0.wait(30) == 0
+    before_poll = w1.metric("captcha_solver_pingback_solves_total", via="poll")
+    failed = stack.sim.stats()["pingbacks_failed"]
+    await solve_batch(stack)
+    assert w1.metric("captcha_solver_pingback_solves_total", via="poll") - before_poll == N
+    assert stack.sim.stats()["pingbacks_failed"] - failed == N
