@@ -4,15 +4,27 @@ SHELL := /bin/bash
 VENV  := .venv
 TOOLS := $(CURDIR)/.tools
 export PATH := $(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
+# The test tiers (markers in pyproject.toml; tests/test_tiers.py gives every test file one). PYTEST_ARGS: more
+# pytest options (.ci/run passes --durations=10); JOBS: pytest-xdist workers of the fast tier (each starts its own
+# redis-server and stacks), 2 for this project's 2-core machines.
+TIER_FAST := not integration and not chaos
+TIER_INTEGRATION := integration
+TIER_CHAOS := chaos
+PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider
+PYTEST_ARGS ?=
+JOBS ?= 2
 
-.PHONY: help test unit demo venv tools lint e2e e2e-pods bench compatibility clean dashboard dashboard-png
+.PHONY: help test unit integration chaos test-stress demo venv tools lint e2e e2e-pods bench compatibility clean dashboard dashboard-png
 
 help:
 	@echo "make demo   - run the whole thing locally: redis + simulator + workers + producer, with a summary"
-	@echo "make unit   - the inner loop: every test not marked slow; lint is make lint"
-	@echo "make lint   - ruff, mypy (strict: src, tests, bench, dashboards) and ct lint on the chart (version-bump check)"
 	@echo "make test   - install what the tests need (python deps, redis-server, prometheus, helm v3/v4, kubeconform,"
-	@echo "              helm-unittest, checkov, hadolint, the CaptchaAI client libraries) and run every test"
+	@echo "              helm-unittest, checkov, hadolint, the CaptchaAI client libraries), make lint, the fast tier"
+	@echo "make unit   - the inner loop: the fast tier without lint"
+	@echo "make lint   - ruff, mypy (strict: src, tests, bench, dashboards) and ct lint on the chart (version-bump check)"
+	@echo "make integration - the slower tier: Prometheus, Sentinel/Cluster, client libraries, shares flood, bench smoke"
+	@echo "make chaos  - the chaos suite (tests/chaos): processes under faults and hostile input"
+	@echo "make test-stress - make test with two busy-loop processes beside it (both cores loaded)"
 	@echo "make compatibility - run the client libraries against the simulator, rewrite docs/compatibility.md"
 	@echo "make e2e    - chart on a real kube-apiserver + KEDA operator (builds them into .tools/ once)"
 	@echo "make e2e-pods - chart + KEDA's chart on a one-node cluster whose pods run: 0 -> N -> 0, helm 3 and 4 (root)"
@@ -35,10 +47,19 @@ lint: venv tools
 	scripts/ct-lint.sh
 
 test: venv tools lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+	$(PYTEST) -n $(JOBS) --dist loadscope -m "$(TIER_FAST)" $(PYTEST_ARGS) tests
 
 unit: venv tools
-	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow" tests
+	$(PYTEST) -n $(JOBS) --dist loadscope -m "$(TIER_FAST)" $(PYTEST_ARGS) tests
+
+integration: venv tools
+	$(PYTEST) -m "$(TIER_INTEGRATION)" $(PYTEST_ARGS) tests
+
+chaos: venv tools
+	$(PYTEST) -m "$(TIER_CHAOS)" $(PYTEST_ARGS) tests/chaos
+
+test-stress: venv tools
+	scripts/test-stress.sh
 
 demo: venv
 	scripts/install-tools.sh --only redis || echo "redis-server not installable: the demo uses its embedded Redis"

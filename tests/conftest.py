@@ -23,6 +23,14 @@ from tests.helpers import KEY, ROOT, cli_env, free_port, wait_port
 from tests.procs import RedisServer
 
 
+@pytest.hookimpl(trylast=True)  # after tests/chaos/conftest.py has marked its tests chaos
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test outside the fast tier (marked integration or chaos) is also `slow`: `-m "not slow"` = fast."""
+    for item in items:
+        if item.get_closest_marker("integration") or item.get_closest_marker("chaos"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     with tempfile.TemporaryDirectory(prefix="captcha-test-redis-") as d:

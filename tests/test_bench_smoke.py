@@ -16,9 +16,8 @@ import pytest
 from bench.demo_calls import parse
 from tests.helpers import ROOT, redis_server_binary
 
-pytestmark = pytest.mark.slow  # every benchmark end to end, in smoke mode (~100 s)
-
-pytestmark = pytest.mark.timeout(480)  # the fixture's run counts against the first test
+# every benchmark end to end, in smoke mode (~200 s); the fixture's run counts against the first test's timeout
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
 
 SUMMARY = {"median", "min", "max", "n", "runs"}
 COMMON = {"benchmark", "smoke", "generated_at", "duration_s", "machine", "params", "targets"}

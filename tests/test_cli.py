@@ -17,7 +17,6 @@ from redis import Redis
 from captcha_worker.queue import Keys
 from tests.helpers import KEY, ROOT, cli_env, free_port, run_cli
 
-pytestmark = pytest.mark.slow
 TURNSTILE_ARGS = ["turnstile", "-p", "sitekey=0x4AAAAAAA", "-p", "pageurl=https://example.com/login"]
 KEYS = Keys("captcha")
 
@@ -218,11 +217,18 @@ def test_ctrl_c_exits_130_with_nothing_on_stderr(stack: Any) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "wait", "no-such-task", "--timeout", "60"],
                             env=cli_env(**env_of(stack)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT)
+    admin = stack.redis.client(decode_responses=True)
     try:
-        time.sleep(1.5)  # importing and connecting; an interrupt before that is Python's own (also 130)
+        # interrupted once it waits: its producer connection is open (an interrupt while Python still imports the
+        # package, which takes seconds on a loaded machine, is Python's own: a traceback and -SIGINT)
+        give_up = time.monotonic() + 60
+        while not any(c["name"].startswith("captcha-producer-") for c in admin.client_list()):
+            assert proc.poll() is None and time.monotonic() < give_up, "the wait never connected"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=20)
     finally:
+        admin.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)

@@ -10,7 +10,7 @@ import pytest
 from captcha_worker import methods
 from tests.clients import compat
 
-pytestmark = pytest.mark.slow  # four client libraries, every call each offers (~15 s)
+pytestmark = pytest.mark.integration  # four client libraries, every call each offers (~15 s)
 
 
 async def test_client_libraries_against_the_simulator() -> None:

@@ -15,7 +15,7 @@ import pytest
 from captcha_worker import methods
 from tests.clients import compat, through_gateway
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 async def test_client_libraries_through_the_gateway(tmp_path: Path) -> None:

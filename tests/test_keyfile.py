@@ -127,7 +127,6 @@ def test_watcher_keeps_the_key_through_a_bad_write_and_says_so_once(tmp_path: Pa
     assert applied == [Secret(OTHER_KEY)]
 
 
-@pytest.mark.slow
 async def test_a_rotated_key_file_resumes_a_running_worker_without_a_restart(redis: Redis, redis_server: Any,
                                                                            tmp_path: Path) -> None:
     """The file holds a key CaptchaAI rejects: the worker stops claiming (readiness 503), the task waits. The right

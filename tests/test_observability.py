@@ -57,7 +57,7 @@ from captcha_worker.queue import Keys, RedisQueue
 from tests.chart.chartlib import CRD_SCHEMAS, K8S_SCHEMA_VERSIONS, REQUIRED_VALUES, TOOLS, chart_copy, tool
 from tests.helpers import KEY, OTHER_KEY, ROOT, cli_env, free_port, wait_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 CHART = ROOT / "charts" / "captcha-solver"
 DASHBOARD = CHART / "dashboards" / "captcha-solver.json"

@@ -24,8 +24,6 @@ from captcha_worker.client import CaptchaQueue, Solved, TaskSpec
 from tests.helpers import KEY, free_port, wait_port
 from tests.procs import RedisServer, SimProc, WorkerProc
 
-pytestmark = pytest.mark.slow
-
 N = 20
 SPEED = "10"
 TASK = TaskSpec("turnstile", {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"})

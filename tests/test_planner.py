@@ -260,7 +260,7 @@ def test_fifo_replay() -> None:
     assert p7.fifo_waits([0, 5], [1, 1], 1) == [0, 0]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_recommended_configuration_behaves_like_the_model(redis_server: Any) -> None:
     """The configuration `plan` recommends for a 10-thread plan at 70 % utilisation, run for 30 simulated minutes
     (90 s at --speed 20) against the simulator. A 30-minute p95 varies a lot by chance alone (the model's own queue

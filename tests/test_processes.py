@@ -24,7 +24,6 @@ from captcha_worker.simulator import Latency, OverCap, SimConfig, SimulatorServe
 from tests.helpers import KEY
 from tests.procs import workers
 
-pytestmark = pytest.mark.slow
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
 KEYS = Keys("captcha")
 

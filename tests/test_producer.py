@@ -25,7 +25,6 @@ from captcha_worker.client import (
     UnknownTask,
 )
 
-pytestmark = pytest.mark.slow
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
 RECAPTCHA = {"googlekey": "6LeAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "pageurl": "https://example.com"}
 

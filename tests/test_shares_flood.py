@@ -23,13 +23,18 @@ from redis.asyncio import Redis
 
 from tests.procs import gateways, simulator, workers
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 QUEUE = "sharesflood"
 KEY_FLOOD, KEY_STEADY = "F" * 16 + "f" * 16, "S" * 16 + "s" * 16
 TENANTS = {"tenants": [{"name": "flood", "key": KEY_FLOOD, "threads": 6},
                        {"name": "steady", "key": KEY_STEADY, "threads": 6}]}
 PLAN, FLOOD, STEADY = 8, 80, 12
+#: the workers' lease, set here (it is also the default): the killed worker's solves count against their tenants
+#: for this long, and a live worker starved past it would be counted twice (module docstring), so it is kept far
+#: above any stall of a loaded 2-core machine; the flood itself lasts about as long (80 solves, 6 at a time, ~2.5 s
+#: each at --speed 6), so the resumptions overlap it rather than add to the run
+LEASE_S = 30
 TURNSTILE = {"method": "turnstile", "sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/"}
 
 
@@ -78,7 +83,8 @@ async def test_two_tenants_one_flooding(tmp_path: Path, redis_server: Any) -> No
     with simulator(tmp_path, "--threads", str(PLAN), "--speed", "6") as sim, \
             gateways([("gw", False)], {**env, "GATEWAY_TENANTS": json.dumps(TENANTS)}, tmp_path) as (gw,), \
             workers(2, {**env, "CAPTCHAAI_KEY": "0123456789abcdef0123456789abcdef", "CAPTCHAAI_URL": sim.url,
-                        "CAPTCHAAI_THREADS": str(PLAN), "WORKER_CONCURRENCY": "4", "API_TIME_SCALE": "6"},
+                        "CAPTCHAAI_THREADS": str(PLAN), "WORKER_CONCURRENCY": "4", "API_TIME_SCALE": "6",
+                        "LEASE_SECONDS": str(LEASE_S)},
                     tmp_path) as procs:
         async with aiohttp.ClientSession() as session:
             for _ in range(100):  # the gateway published the share table
@@ -118,7 +124,10 @@ async def test_two_tenants_one_flooding(tmp_path: Path, redis_server: Any) -> No
     assert seen["mismatch"] == [], f"pending + processing + waiting lists = every unfinished task: {seen['mismatch']}"
     claimed = {x["id"]: x["timings"]["claimed_at"] for x in results}
     last_flood = max(claimed[f"gw:flood:{n}"] for n in flood)
-    late = [n for n in steady if claimed[f"gw:steady:{n}"] > last_flood]
+    # a steady task the killed worker held was served at once, then waited out the lease by design: its last claim
+    # (the one recorded) is the resumption, which may come after the flood's last claim
+    resumed = {x["id"] for x in results if x.get("worker_deaths", 0) > 0}
+    late = [n for n in steady if claimed[f"gw:steady:{n}"] > last_flood and f"gw:steady:{n}" not in resumed]
     assert not late, f"steady tasks served only after the whole flood (head-of-line blocking): {late}"
     assert threads["status"] == 1 and threads["threads"] == 6 and threads["working_threads"] <= 6, threads
 

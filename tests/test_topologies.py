@@ -17,7 +17,7 @@ from tests.helpers import KEY, run_cli
 from tests.procs import WorkerProc, simulator
 from tests.topology import Tls, cluster, sentinel
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 TURNSTILE_ARGS = ["turnstile", "-p", "sitekey=0x4AAAAAAA", "-p", "pageurl=https://example.com/login"]
 
 

@@ -91,7 +91,7 @@ def _docker_context(dest: Path) -> Path:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.slow  # builds the wheel and a venv (~10 s)
+@pytest.mark.integration  # builds the wheel and a venv (~10 s)
 def test_wheel_installs_into_a_fresh_venv_like_the_image(tmp_path: Path) -> None:
     """Stage 1 and 2 of the Dockerfile, without Docker: wheel, dependency wheels, venv --no-index, --help."""
     (tmp_path / "context").mkdir()
