@@ -3,7 +3,7 @@
 Monte-Carlo: solve times are drawn with the simulator's own code (``SimConfig().latency_for(kind).sample``, the
 clipped normal of ``methods.KINDS``) and replayed against
 
-* ours: the worker's real ``captchaai.PollSchedule`` and ``LatencyModel`` (first poll one standard deviation before
+* ours: the worker's real ``polling.PollSchedule`` and ``LatencyModel`` (first poll one standard deviation before
   the expected solve time, then every half standard deviation within 1-2.5 s, 5 s in the tail, ±5 % jitter; the
   model starts from ``methods.py`` and learns from every solve, as in the worker), read from the code;
 * seed: ``in.php``, then ``res.php`` every 5 s.
@@ -48,8 +48,8 @@ from bench.common import (
 )
 from bench.common import worker_env as _worker_env
 from captcha_worker import methods
-from captcha_worker.captchaai import LatencyModel, PollSchedule
 from captcha_worker.client import CaptchaQueue, Solved
+from captcha_worker.polling import LatencyModel, PollSchedule
 from captcha_worker.simulator import SimConfig
 
 KINDS = ("turnstile", "recaptcha_v2", "image")
@@ -426,7 +426,7 @@ def run(*, samples: int, seed: int, speed: float, real_n: int, real_reps: int, s
     return {
         "params": {"kinds": list(KINDS), "seed_interval_s": SEED_INTERVAL_S, "mc_seed": seed,
                    "latency_source": "captcha_worker.simulator.SimConfig().latency_for(kind) (methods table)",
-                   "schedule_source": "captcha_worker.captchaai.PollSchedule + LatencyModel (methods table, learning)"},
+                   "schedule_source": "captcha_worker.polling.PollSchedule + LatencyModel (methods table, learning)"},
         "monte_carlo": mc,
         "real_run": real,
         "targets": {"p4_calls_le_0_6x_seed_and_added_le_1s_mix": mc["mix_equal_thirds"]["meets_target"],

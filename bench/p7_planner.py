@@ -25,9 +25,9 @@ from typing import Any
 
 from bench.common import ROOT, log, percentile
 from captcha_worker import demo, methods
-from captcha_worker.captchaai import PollSchedule
 from captcha_worker.client import CaptchaQueue, Solved
 from captcha_worker.planner import OVERHEAD_S, parse_mix, parse_rate
+from captcha_worker.polling import PollSchedule
 
 PARAMS: dict[str, tuple[str, dict[str, str]]] = {  # kind -> (method, params) of a valid task
     "turnstile": ("turnstile", {"sitekey": "0x4AAAAAAAbench", "pageurl": "https://example.com/login"}),

@@ -19,8 +19,6 @@ from captcha_worker.captchaai import (
     CaptchaAI,
     ErrorClass,
     FatalApiError,
-    LatencyModel,
-    PollSchedule,
     Resume,
     RetryPolicy,
     SolveStats,
@@ -31,6 +29,7 @@ from captcha_worker.captchaai import (
     parse_reply,
 )
 from captcha_worker.config import Secret
+from captcha_worker.polling import LatencyModel, PollSchedule
 from captcha_worker.simulator import SimConfig
 from tests.helpers import KEY
 

@@ -227,3 +227,18 @@ def test_the_readme_documents_every_make_target() -> None:
     for target in ("unit", "test", "lint", "demo"):
         assert f"make {target}" in readme, f"README does not mention make {target}"
     assert "make unit" in development, "the inner loop belongs in the README's development section"
+
+
+def test_production_code_never_imports_the_simulator() -> None:
+    """The simulator is a test double: the worker, the gateway, the client and the planner run without it. Only
+    the command line (its `simulator` command) and the demo (which runs one) reach it, and nothing imports those."""
+    package = ROOT / "src" / "captcha_worker"
+    runners = {"captcha_worker.cli", "captcha_worker.demo"}
+    for source in package.rglob("*.py"):
+        rel = source.relative_to(ROOT / "src").with_suffix("")
+        name = ".".join(p for p in rel.parts if p != "__init__")
+        if name.startswith("captcha_worker.simulator") or name in runners:
+            continue
+        imported = _imports(name)
+        assert not {m for m in imported if m.startswith("captcha_worker.simulator")}, f"{name} imports the simulator"
+        assert not imported & runners, f"{name} imports {imported & runners}"

@@ -19,10 +19,11 @@ from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
 from captcha_worker import methods
-from captcha_worker.captchaai import CaptchaAI, FallbackSchedule, RetryPolicy, SolveStats, TaskFailed
+from captcha_worker.captchaai import CaptchaAI, RetryPolicy, SolveStats, TaskFailed
 from captcha_worker.config import ConfigError, Secret, WorkerConfig
 from captcha_worker.methods import Answer
 from captcha_worker.pingback import ENDED_TTL_MS, Hub, PingbackKeys, Receiver, Ticket, token_hash
+from captcha_worker.polling import FallbackSchedule
 from captcha_worker.simulator import SimConfig
 from captcha_worker.simulator.config import Faults, Latency
 from captcha_worker.simulator.server import SimulatorServer

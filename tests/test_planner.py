@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from captcha_worker import methods, planner
-from captcha_worker.captchaai import PollSchedule
 from captcha_worker.planner import KindLoad, Plan, Workload
+from captcha_worker.polling import PollSchedule
 from tests.chart.chartlib import tool
 from tests.helpers import ROOT, run_cli
 from tests.test_observability import offline_chart

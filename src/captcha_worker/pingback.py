@@ -25,7 +25,7 @@ failed     503     Redis could not be reached: the solve is answered by its fall
 Each is counted in ``captcha_solver_pingbacks_total{outcome}``; no log line or label carries a token, a handle's
 answer or the callback's URL (the receiver has no access log).
 
-Polling goes on as the fallback (``captchaai.FallbackSchedule``: the first poll in the tail of the solve-time
+Polling goes on as the fallback (``polling.FallbackSchedule``: the first poll in the tail of the solve-time
 distribution, then every 5 s scaled), so a lost callback costs latency, never a solve, and a Redis outage only
 turns pingback mode back into (slow) polling. An answer ``ERROR_*`` (the simulator's unsolvable) only wakes the
 solve: its next ``res.php`` poll, at once, gives the API's own verdict.

@@ -5,7 +5,7 @@ The model (a queueing model, stated so its limits are clear):
 * Tasks arrive as a Poisson stream of rate λ (``--rate``, or the observed rate with ``--from-prometheus``).
 * A task holds one plan thread (one worker slot) for its *service time*: the kind's solve time plus the poll lag,
   the time between the answer being ready and the worker's ``res.php`` poll that fetches it (``service_time``:
-  ``captchaai.PollSchedule``'s first poll and interval applied to a normal solve time). Solve times per kind are
+  ``polling.PollSchedule``'s first poll and interval applied to a normal solve time). Solve times per kind are
   the means and standard deviations of the methods table (``methods.py``) or, with ``--from-prometheus``, what
   ``captcha_solver_solve_duration_seconds`` measured (the poll lag is then already in it). The mix of kinds
   gives the service time's mean E[S] and its squared coefficient of variation c² = Var[S] / E[S]².
@@ -34,7 +34,7 @@ from itertools import combinations_with_replacement
 from typing import Any
 
 from captcha_worker import methods, prom
-from captcha_worker.captchaai import PollSchedule
+from captcha_worker.polling import PollSchedule
 
 MONTH_S = 30 * 86400  # the dashboard's cost month
 MAX_RELEASES = 6  # the most plans (API keys, releases) a recommendation combines
@@ -235,7 +235,7 @@ def _cdf(z: float) -> float:
 
 def service_time(kind: methods.Kind) -> tuple[float, float]:
     """Mean and standard deviation of how long a task of `kind` holds its thread: the solve time T ~ N(μ, σ) of
-    the methods table until the poll that fetches the answer. The schedule (``captchaai.PollSchedule``) polls first
+    the methods table until the poll that fetches the answer. The schedule (``polling.PollSchedule``) polls first
     at a = μ − σ, then every δ: an answer ready before a is fetched at a, a later one half an interval after it is
     ready on average (uniform over δ). So S = max(T, a) + U·δ for T > a, U uniform on [0, 1]. (The tail polls
     every 5 s after μ + 2.5σ, for 0.6 % of the answers, are left out.)"""

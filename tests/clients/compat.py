@@ -33,9 +33,10 @@ from typing import Any
 import trustme
 
 from captcha_worker.methods import Answer, AnswerShape, by_name
-from captcha_worker.simulator import SimConfig, SimulatorServer, tls_context
+from captcha_worker.protocols.v1 import plain_answer
+from captcha_worker.simulator import SimConfig, SimulatorServer
 from captcha_worker.simulator.app import TaskView
-from captcha_worker.simulator.protocol import plain_answer
+from captcha_worker.tls import tls_context
 from tests.sim_helpers import KEY, PingbackReceiver, make_png
 
 HERE = Path(__file__).resolve().parent

@@ -10,7 +10,7 @@ Redis settings, ``QUEUE_NAME``; docs/gateway.md). Sections:
   line.
 * :mod:`.tenants` — who is asking (constant-time key comparison) and each tenant's request rate limit.
 * :mod:`.ids` — the number a client sees and the task id behind it (``gw:<tenant>:<number>``).
-* :mod:`.app` — the handlers: the protocol module (``simulator.protocol``) reads requests and writes replies,
+* :mod:`.app` — the handlers: the protocol module (``protocols.v1``) reads requests and writes replies,
   the codes come from ``codes``, validation from ``task``; tasks are pushed with ``queue``, polls answered with
   ``client.CaptchaQueue.peek``.
 * :mod:`.jsonapi` — the JSON API (``createTask``, ``getTaskResult``, ``getBalance``, the reports) on the same

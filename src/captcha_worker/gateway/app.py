@@ -43,9 +43,9 @@ from captcha_worker.gateway.config import GatewayConfig, Tenant
 from captcha_worker.gateway.tenants import Tenants
 from captcha_worker.methods import Answer, AnswerShape, Kind
 from captcha_worker.metrics import code_label
+from captcha_worker.protocols import v1 as protocol
+from captcha_worker.protocols.v1 import Action, ApiRequest
 from captcha_worker.queue import Lookup, RedisQueue
-from captcha_worker.simulator import protocol
-from captcha_worker.simulator.protocol import Action, ApiRequest
 from captcha_worker.task import RESERVED_PARAMS, Invalid, Task, make_task
 
 _log = logging.getLogger("captcha_worker.gateway")

@@ -36,7 +36,7 @@ from captcha_worker.protocols import jsonapi
 from captcha_worker.protocols.jsonapi import JsonRequest, Method
 from captcha_worker.protocols.jsonapi_errors import JsonError, from_v1
 from captcha_worker.protocols.jsonapi_tasks import Refused, map_task, solution
-from captcha_worker.simulator.protocol import ApiRequest
+from captcha_worker.protocols.v1 import ApiRequest
 from captcha_worker.task import Result, Status
 
 Reply = tuple[str, web.Response]  # the code answered (the metric's label) and the response

@@ -29,7 +29,7 @@ from captcha_worker.gateway.jsonapi import JsonApi
 from captcha_worker.gateway.results import ResultReader, share_loop
 from captcha_worker.gateway.tenants import Tenants
 from captcha_worker.metrics import ProbeServer
-from captcha_worker.simulator.server import tls_context
+from captcha_worker.tls import tls_context
 
 _log = logging.getLogger("captcha_worker.gateway")
 _http_log = logging.getLogger("captcha_worker.gateway.http")

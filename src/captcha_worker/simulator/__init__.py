@@ -42,6 +42,7 @@ Sections: :mod:`.config`, :mod:`.protocol`, :mod:`.checks`, :mod:`.answers`, :mo
 from __future__ import annotations
 
 from captcha_worker.methods import Answer
+from captcha_worker.protocols.v1 import Action, ApiRequest, Endpoint
 from captcha_worker.simulator.answers import TextRules, make_answer
 from captcha_worker.simulator.app import Simulator
 from captcha_worker.simulator.checks import check_submission, decode_base64_image
@@ -55,9 +56,8 @@ from captcha_worker.simulator.config import (
     OverCap,
     SimConfig,
 )
-from captcha_worker.simulator.protocol import Action, ApiRequest, Endpoint
 from captcha_worker.simulator.scheduler import Meter, Scheduler, SimTask
-from captcha_worker.simulator.server import SimulatorServer, serve, tls_context
+from captcha_worker.simulator.server import SimulatorServer, serve
 from captcha_worker.simulator.stats import SimStats
 
 __all__ = [
@@ -85,6 +85,5 @@ __all__ = [
     "decode_base64_image",
     "make_answer",
     "serve",
-    "tls_context",
     "tls_from_args",
 ]

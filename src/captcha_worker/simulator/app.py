@@ -24,17 +24,17 @@ from captcha_worker import log
 from captcha_worker.codes import Code
 from captcha_worker.methods import Answer, AnswerShape, Kind
 from captcha_worker.protocols import jsonapi
+from captcha_worker.protocols import v1 as protocol
 from captcha_worker.protocols.jsonapi import JsonRequest, Method
 from captcha_worker.protocols.jsonapi_errors import JsonError, from_v1
 from captcha_worker.protocols.jsonapi_tasks import Refused, map_task, solution
-from captcha_worker.simulator import protocol
+from captcha_worker.protocols.v1 import Action, ApiRequest, Endpoint
 from captcha_worker.simulator.answers import ANSWER_INPUTS
 from captcha_worker.simulator.bans import BanList
 from captcha_worker.simulator.checks import ImageLimits, check_submission, pingback_url
 from captcha_worker.simulator.config import Fault, OverCap, SimConfig
 from captcha_worker.simulator.faults import FAULT_RESPONSES, TRANSPORT_FAULTS
 from captcha_worker.simulator.pingback import Pingbacks
-from captcha_worker.simulator.protocol import Action, ApiRequest, Endpoint
 from captcha_worker.simulator.scheduler import Scheduler, SimTask
 from captcha_worker.simulator.stats import Counters, SimStats
 

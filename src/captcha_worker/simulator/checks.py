@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 from captcha_worker import methods
 from captcha_worker.codes import Code
 from captcha_worker.methods import AnswerShape, Kind
+from captcha_worker.protocols.v1 import ApiRequest
 from captcha_worker.simulator.answers import TextRules
-from captcha_worker.simulator.protocol import ApiRequest
 
 _PROXY_RE: Final = re.compile(
     r"(?:[^:@/\s]+:[^@/\s]+@)?"  # optional user:pass@

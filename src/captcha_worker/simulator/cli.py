@@ -21,7 +21,7 @@ from captcha_worker.simulator.config import (
     parse_keys,
     whole,
 )
-from captcha_worker.simulator.server import tls_context
+from captcha_worker.tls import tls_context
 
 _DEFAULTS: Final = SimConfig()
 

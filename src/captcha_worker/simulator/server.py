@@ -22,16 +22,6 @@ _log = logging.getLogger("captcha_worker.simulator")
 _http_log = logging.getLogger("captcha_worker.simulator.http")
 
 
-def tls_context(cert_file: str, key_file: str | None = None) -> ssl.SSLContext:
-    """A server TLS context from PEM files; ValueError with one line when they cannot be loaded."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(cert_file, key_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise ValueError(f"cannot load the TLS certificate {cert_file!r}: {exc.strerror or exc}") from None
-    return context
-
-
 class SimulatorServer:
     """Runs a :class:`Simulator` on a real socket: ``async with SimulatorServer(cfg) as srv: srv.url``."""
 

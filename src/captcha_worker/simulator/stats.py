@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from captcha_worker.protocols.v1 import Action, Endpoint
 from captcha_worker.simulator.config import Fault
-from captcha_worker.simulator.protocol import Action, Endpoint
 
 
 @dataclass
