@@ -11,6 +11,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from captcha_worker.methods import by_name
 from captcha_worker.protocols.jsonapi_tasks import solution
@@ -107,3 +109,22 @@ async def test_callback_url_is_posted_the_result(session: aiohttp.ClientSession)
         assert view is not None and view.answer is not None
         assert body["taskId"] == task_id and body["solution"]["gRecaptchaResponse"] == view.answer.request
         assert not receiver.hits
+
+
+_ANY = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=16)
+                    | st.sampled_from([KEY, "RecaptchaV2TaskProxyless", "ImageToTextTask", PAGE]),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                    max_leaves=8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(method=st.sampled_from(["createTask", "getTaskResult", "getBalance", "reportCorrectRecaptcha"]),
+       body=st.fixed_dictionaries({"clientKey": st.sampled_from([KEY, "", 5])},
+                                  optional={"task": _ANY, "taskId": _ANY, "callbackUrl": _ANY}),
+       raw=st.binary(max_size=64))
+async def test_any_body_gets_a_json_api_answer(method: str, body: dict[str, Any], raw: bytes) -> None:
+    async with aiohttp.ClientSession() as session, SimulatorServer(SimConfig(speed=FAST)) as srv:
+        api = Json(session, srv)
+        for status, reply in (await api.call(method, body), await api.call(method, raw=raw)):
+            assert status == 200 and isinstance(reply["errorId"], int), reply
+            assert reply["errorId"] == 0 or reply["errorCode"].startswith("ERROR_")
