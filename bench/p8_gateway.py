@@ -7,7 +7,9 @@ request as soon as the previous is answered, for ``window_s``:
 
 * ``in.php`` — turnstile submissions (valid: validated and pushed), no worker running, so they pile up;
 * ``res.php get`` — polls of tasks the bench finished with the queue's own scripts (the answer is read from the
-  result store every time).
+  result store every time);
+* the JSON API beside them, on the same gateway: ``createTask`` (a TurnstileTaskProxyless: mapped, validated,
+  pushed) and ``getTaskResult`` polls of the same finished tasks (a task's number is its taskId).
 
 Latency: ``clients`` concurrent clients, each a loop of: submit through ``in.php``, first poll 5 s later, then
 every 5 s until the answer (how CaptchaAI's docs tell clients to poll); and as many producer-library clients,
@@ -57,6 +59,9 @@ CONNECTIONS = 32
 LOAD_PROCESSES = 2
 HOLD = "5.0:15.0"  # a solve's holding time, as a turnstile's (12 s ± 3): answers come at any phase of the polls
 POLL_S = 5.0
+ENDPOINTS = ("in", "create_task", "res_get", "get_task_result")  # submissions first, then the polls of them
+CREATE_TASK = {"clientKey": TENANT_KEY, "task": {"type": "TurnstileTaskProxyless", "websiteURL": TURNSTILE["pageurl"],
+                                                 "websiteKey": TURNSTILE["sitekey"]}}
 
 
 @contextlib.contextmanager
@@ -92,11 +97,16 @@ def _cpu(proc: Any) -> float:
 
 
 # -- throughput ---------------------------------------------------------------------------------------------------
-def _request(endpoint: str, numbers: list[str]) -> tuple[str, dict[str, str], str]:
-    """(path, fields, the start every answer must have)."""
+def _request(endpoint: str, numbers: list[str]) -> tuple[str, dict[str, Any], str, bool]:
+    """(path, fields, the start every answer must have, whether the body is JSON)."""
     if endpoint == "in":
-        return "in.php", TURNSTILE, '{"status":1'
-    return "res.php", {"key": TENANT_KEY, "action": "get", "id": random.choice(numbers)}, "OK|TOKEN-"
+        return "in.php", TURNSTILE, '{"status":1', False
+    if endpoint == "create_task":
+        return "createTask", CREATE_TASK, '{"errorId":0', True
+    if endpoint == "get_task_result":
+        body = {"clientKey": TENANT_KEY, "taskId": int(random.choice(numbers))}
+        return "getTaskResult", body, '{"errorId":0,"status":"ready"', True
+    return "res.php", {"key": TENANT_KEY, "action": "get", "id": random.choice(numbers)}, "OK|TOKEN-", False
 
 
 async def _hammer(url: str, endpoint: str, numbers: list[str], window_s: float, connections: int) -> tuple[int, int]:
@@ -107,8 +117,10 @@ async def _hammer(url: str, endpoint: str, numbers: list[str], window_s: float, 
     async def loop(session: aiohttp.ClientSession) -> None:
         nonlocal done, errors
         while time.monotonic() < stop_at:
-            path, fields, start = _request(endpoint, numbers)
-            async with session.post(f"{url}/{path}", data=fields) as resp:
+            path, fields, start, as_json = _request(endpoint, numbers)
+            request = session.post(f"{url}/{path}", json=fields) if as_json else session.post(f"{url}/{path}",
+                                                                                                data=fields)
+            async with request as resp:
                 body = await resp.text()
             done += 1
             errors += resp.status != 200 or not body.startswith(start)
@@ -151,7 +163,7 @@ async def _finish_all(redis_url: str) -> list[str]:
             now = time.time()
             acks = [Ack(c.item, Result(str(c.item), Status.SOLVED, kind="turnstile", solution="TOKEN-" + "x" * 200,
                                        timings=Timings(submitted_at=now, claimed_at=now, finished_at=now)),
-                        "gateway") for c in claimed]
+                        "gateway", unit=c.unit) for c in claimed]  # the unit freed, as a worker's ACK frees it
             await queue.ack_many(acks, result_ttl=3600, reply_ttl=60)
             numbers += [str(c.item).rsplit(":", 1)[1] for c in claimed]
             await redis.delete(queue.keys.reply("gateway"))  # measured below: polls, not the result reader
@@ -162,13 +174,13 @@ async def _finish_all(redis_url: str) -> list[str]:
 
 def _throughput(window_s: float, reps: int) -> dict[str, Any]:
     out: dict[str, dict[str, list[float]]] = {e: {"rps": [], "cpu_us_per_request": [], "gateway_cores": [],
-                                                  "errors": []} for e in ("in", "res_get")}
+                                                  "errors": []} for e in ENDPOINTS}
     with RedisServer() as rs, gateway(rs.url) as (url, proc):
         _load(url, "in", [], 1.0, proc)  # warm-up
         for rep in range(reps):
             numbers: list[str] = []
-            for endpoint in ("in", "res_get"):
-                if endpoint == "res_get":
+            for endpoint in ENDPOINTS:
+                if endpoint == "res_get":  # the tasks both protocols submitted, finished
                     numbers = asyncio.run(_finish_all(rs.url))
                 done, errors, used = _load(url, endpoint, numbers, window_s, proc)
                 elapsed = window_s

@@ -149,9 +149,12 @@ def block_summary(res: dict[str, dict[str, Any]]) -> str:
     p8 = res.get("p8_gateway")
     if p8:
         th, lat = p8["throughput"], p8["latency"]
-        rows.append(["P8 the gateway: requests/s per process (in.php / res.php), added latency p50 / p99 of a "
+        json_api = (f"; createTask / getTaskResult {num(th['create_task']['rps']['median'])} / "
+                    f"{num(th['get_task_result']['rps']['median'])}" if "create_task" in th else "")
+        rows.append(["P8 the gateway: requests/s per process (in.php / res.php; the JSON API's createTask / "
+                     "getTaskResult), added latency p50 / p99 of a "
                      f"client polling every {p8['params']['poll_every_s']:g} s",
-                     f"{num(th['in']['rps']['median'])} / {num(th['res_get']['rps']['median'])} req/s; "
+                     f"{num(th['in']['rps']['median'])} / {num(th['res_get']['rps']['median'])}{json_api} req/s; "
                      f"+{num(lat['added_p50_s']['median'], 2)} s / +{num(lat['added_p99_s']['median'], 2)} s",
                      "–"])
     return table(["target", "measured (median)", ""], rows)
@@ -437,7 +440,8 @@ def block_p8(p8: dict[str, Any]) -> str:
     par, th, lat = p8["params"], p8["throughput"], p8["latency"]
     rows = [[f"`{name}`", med(th[key]["rps"]), med(th[key]["gateway_cores"], 2), med(th[key]["cpu_us_per_request"]),
              num(1e6 / th[key]["cpu_us_per_request"]["median"]), med(th[key]["errors"])]
-            for key, name in (("in", "in.php"), ("res_get", "res.php?action=get"))]
+            for key, name in (("in", "in.php"), ("create_task", "createTask"), ("res_get", "res.php?action=get"),
+                              ("get_task_result", "getTaskResult")) if key in th]
     lrows = [[label, med(lat[s]["mean_s"], 2, " s"), med(lat[s]["p50_s"], 2, " s"), med(lat[s]["p99_s"], 2, " s"),
               med(lat[s]["samples"])]
              for s, label in (("gateway", f"through the gateway, polling every {par['poll_every_s']:g} s"),

@@ -143,7 +143,7 @@ def test_p7_planner(results: Path) -> None:
 
 def test_p8_gateway(results: Path) -> None:
     d = load(results, "p8_gateway")
-    for endpoint in ("in", "res_get"):
+    for endpoint in ("in", "create_task", "res_get", "get_task_result"):
         for key in ("rps", "cpu_us_per_request", "gateway_cores", "errors"):
             assert SUMMARY <= d["throughput"][endpoint][key].keys()
         assert d["throughput"][endpoint]["errors"]["max"] == 0
