@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 loops=()
 stop() { for pid in "${loops[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap stop EXIT
+trap "exit 130" INT
+trap "exit 143" TERM
 for _ in 1 2; do
   bash -c 'while :; do :; done' &
   loops+=("$!")

@@ -126,8 +126,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     spawn("simulator", ["simulator", "--port", str(sim_port), "--threads", "20", "--speed", "20", "--seed", "1"], {})
     wait_port(sim_port)
     env = {"REDIS_URL": server.url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": f"http://127.0.0.1:{sim_port}",
-           "CAPTCHAAI_THREADS": "20", "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20", "LEASE_SECONDS": "3",
-           "METRICS_HOST": "127.0.0.1"}
+           "CAPTCHAAI_THREADS": "20", "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20",
+           "METRICS_HOST": "127.0.0.1"}  # LEASE_SECONDS: the default 30 s (no test of the stack kills a worker)
     for i in range(2):
         spawn(f"worker{i}", ["run"], {**env, "METRICS_PORT": str(free_port())})
     try:

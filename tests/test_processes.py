@@ -25,6 +25,7 @@ from tests.helpers import KEY
 from tests.procs import workers
 
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
+LEASE_S = 6  # the lease test's lease (see its docstring)
 KEYS = Keys("captcha")
 
 
@@ -36,8 +37,9 @@ async def simulator(**cfg: Any) -> AsyncIterator[SimulatorServer]:
 
 def worker_env(redis_url: str, sim: SimulatorServer, **extra: str) -> dict[str, str]:
     env = {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "30",
-           "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20", "LEASE_SECONDS": "3", "LOG_LEVEL": "info",
-           "DRAIN_GRACE_SECONDS": "10"}
+           "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20", "LOG_LEVEL": "info", "DRAIN_GRACE_SECONDS": "10"}
+    # LEASE_SECONDS stays the default (30 s): no test here kills a worker, and a short lease only turns a loaded
+    # machine's scheduler stall into a reaped task (the plan counted twice); the lease test sets its own
     env.update(extra)
     return env
 
@@ -76,11 +78,13 @@ async def test_budget_three_workers_never_exceed_the_plan_threads(
 
 async def test_leases_are_renewed_through_solves_much_longer_than_the_lease(
         redis: Redis, redis_server: Any, tmp_path: Path) -> None:
-    """No faults, solves of ~10 s against LEASE_SECONDS=3: the heartbeat keeps every lease alive, so no reaper
-    (two workers, each running one) takes a task back, nothing is claimed twice or submitted to the API twice."""
-    async with simulator(threads=20, latency={"turnstile": Latency(10.0, 0.3)}, seed=3) as sim:
-        env = worker_env(redis_server.url, sim, API_TIME_SCALE="1", LEASE_SECONDS="3", WORKER_CONCURRENCY="4",
-                         CAPTCHAAI_THREADS="20")
+    """No faults, solves of ~15 s against LEASE_SECONDS=6: the heartbeat keeps every lease alive, so no reaper
+    (two workers, each running one) takes a task back, nothing is claimed twice or submitted to the API twice.
+    The heartbeat renews every lease/3 = 2 s, so a lease is lost only to a stall of the worker's loop longer than
+    lease - period = 4 s (a 3 s lease allowed 2 s, which a loaded 2-core machine reaches)."""
+    async with simulator(threads=20, latency={"turnstile": Latency(2.5 * LEASE_S, 0.3)}, seed=3) as sim:
+        env = worker_env(redis_server.url, sim, API_TIME_SCALE="1", LEASE_SECONDS=str(LEASE_S),
+                         WORKER_CONCURRENCY="4", CAPTCHAAI_THREADS="20")
         async with CaptchaQueue(redis) as q:
             ids = await q.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(6)])
             with workers(2, env, tmp_path) as procs:
@@ -89,7 +93,7 @@ async def test_leases_are_renewed_through_solves_much_longer_than_the_lease(
         stats = sim.stats()
     solved = [o for o in outcomes if isinstance(o, Solved)]
     assert len(solved) == len(ids), outcomes
-    assert min(o.solving_s or 0.0 for o in solved) > 3 * 2, "each solve outlives its lease several times"
+    assert min(o.solving_s or 0.0 for o in solved) > LEASE_S * 2, "each solve outlives its lease several times"
     assert all(o.attempts == 1 for o in solved), [o.attempts for o in solved]
     assert stats.submitted == len(ids), "a task was submitted to the API twice"
     assert "leases_reaped" not in logs and "lease_lost" not in logs
