@@ -37,7 +37,7 @@ from captcha_worker.gateway.config import tenant_json
 from captcha_worker.metrics import ProbeServer
 from captcha_worker.output import Progress, outcome_json
 from captcha_worker.pingback import Receiver
-from captcha_worker.queue import DeadLetter, RedisQueue
+from captcha_worker.queue import AuditCheck, DeadLetter, RedisQueue, confirmed, item_ref
 from captcha_worker.task import payload_view
 from captcha_worker.worker import open_worker
 
@@ -383,6 +383,32 @@ async def _stats(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_audit(ns: argparse.Namespace) -> int:
+    if ns.confirm_seconds < 0:
+        raise UsageError("--confirm-seconds must be >= 0")
+    return asyncio.run(_audit(ns))
+
+
+async def _audit(ns: argparse.Namespace) -> int:
+    """Every broken invariant Redis shows (docs/guarantees.md), named by member; with --confirm-seconds, only
+    what a second audit that much later still shows (a step in progress shows in one snapshot only)."""
+    async with _producer(ns) as q:
+        found = await q.queue.audit()
+        if found and ns.confirm_seconds > 0:
+            await asyncio.sleep(ns.confirm_seconds)
+            found = confirmed(found, await q.queue.audit())
+    rows = [{"check": v.check.value, "member": item_ref(v.member)} for v in found]
+    counts = {c.value: sum(1 for v in found if v.check is c) for c in AuditCheck}
+    if ns.json:
+        print(json.dumps({"queue": q.keys.queue, "violations": rows, "counts": counts}))
+    elif rows:
+        for r in rows:
+            print(f"{r['check']:<24} {r['member']}")
+    else:
+        print(f"queue {q.keys.queue}: no violations ({', '.join(counts)} checked)")
+    return EXIT_FAIL if rows else EXIT_OK
+
+
 def cmd_dead_letters(ns: argparse.Namespace) -> int:
     return asyncio.run(_dead_letters(ns))
 
@@ -575,6 +601,14 @@ def _add_producer_commands(sub: Subparsers) -> None:
                                                   '\'namespace="captcha", job="solver-captcha-solver-worker"\'')
     _add_producer_args(p)
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("audit", help="check a live queue against docs/guarantees.md, naming every violation "
+                                     "(exit 1 on any)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--confirm-seconds", type=float, default=1.0,
+                   help="report only what a second audit this much later still shows (default 1; 0: one snapshot)")
+    _add_producer_args(p)
+    p.set_defaults(func=cmd_audit)
 
 
 def _add_dead_letter_commands(sub: Subparsers) -> None:

@@ -125,6 +125,10 @@ LEASES_REAPED = Counter(f"{PREFIX}leases_reaped_total",
                         "Items this worker's reaper put back on pending: expired lease or orphaned claim.",
                         ["reason"])
 LEASES_LOST = Counter(f"{PREFIX}leases_lost_total", "Leases this worker found gone when renewing them.")
+AUDIT_VIOLATIONS = Gauge(f"{PREFIX}audit_violations",
+                         "Broken invariants (docs/guarantees.md) the last two audits of this worker's reaper both "
+                         "saw in Redis, by check (what `captcha-worker audit` reports). 0 in a healthy queue.",
+                         ["check"])
 TOKEN_AGE = Histogram(f"{PREFIX}token_age_seconds",
                       "Age of the answer when its result was written (received from res.php -> stored).",
                       buckets=AGE_BUCKETS)

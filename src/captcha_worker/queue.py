@@ -104,6 +104,9 @@ Transitions of one item (each arrow is one atomic step):
     REQUEUE_DEAD   dead -> pending (counts reset) while the task body is still stored
     REPORT         a solved task's captcha id -> reports
     LOOKUP         result, or the state of the id: queued / finished (result expired) / unknown
+    AUDIT          (reads only) what breaks the invariants of docs/guarantees.md, as Redis shows it: a unit
+                                   of a finished task whose solve can no longer run at the API, a lease of
+                                   a finished task, a lease without its item, an item without a lease
     SORT+PICK      (in CLAIM and LEASE) known tenants' tasks at the head of pending -> their waiting lists;
                                    the next item comes from the list of the tenant with the lowest share
                                    used that may take a thread (``shares``)
@@ -442,6 +445,8 @@ local function ack(task, result_key, reply_key, item, result, worker, unit, hold
       redis.call('HSET', task, 'state', 'done')
       redis.call('HDEL', task, 'body', 'owner', 'captcha_until')
     end
+    -- a unit held past the outcome (the solve may still run at the API): the tombstone says until when (AUDIT)
+    if hold_s > 0 then redis.call('HSET', task, 'captcha_until', string.format('%.3f', now + hold_s)) end
   end
   return won
 end
@@ -477,6 +482,7 @@ local known = redis.call('EXISTS', task) == 1
 if known and not raw then
   redis.call('HSET', task, 'state', 'dead')
   redis.call('HDEL', task, 'owner')
+  if hold_s > 0 then redis.call('HSET', task, 'captcha_until', string.format('%.3f', now + hold_s)) end
 end
 if known and raw then return {1, 0} end
 return {1, deliver(result_key, reply_key, result, result_ttl, reply_ttl)}
@@ -617,6 +623,51 @@ redis.call('ZREMRANGEBYSCORE', limits_key, '-inf', now)
 # KEYS[1] task hash  KEYS[2] reports | ARGV[1] verdict ('bad' / 'good')  ARGV[2] task id  ARGV[3] cap.   Queues a
 # report of a solved task's answer; returns its captcha id, or '' when the task was not solved at the API (not
 # yet, never, or so long ago that its record expired).
+# KEYS[1] processing  KEYS[2] leases  KEYS[3] budget | ARGV[1] task key prefix  ARGV[2] most members reported per
+# check.   Reads only. Returns {check, member, ...} (AUDIT_CHECKS): a snapshot, in which a step in progress (an item
+# between BLMOVE and its lease, a claim of a finished id just before its ACK) may show; the caller confirms what
+# persists. A unit of a finished task is fine while its solve may still be answered (``captcha_until``: RECORD,
+# or the hold of an ACK or BURY); a unit of a task not finished is its solve's, running or left to be resumed.
+_AUDIT = _NOW + f"""
+local UNIT_PREFIX, STRAY_MARK, MAX_ID = '{budget.UNIT_PREFIX}', '{budget.STRAY_MARK}', {MAX_ID_LENGTH}
+""" + """
+local processing, leases, units, task_prefix, cap = KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2])
+local out, counts = {}, {}
+local function bad(check, member)
+  counts[check] = (counts[check] or 0) + 1
+  if counts[check] <= cap then out[#out + 1] = check; out[#out + 1] = member end
+end
+local function is_id(item)
+  return #item <= MAX_ID and string.find(item, '^[%w_.:%-]+$') ~= nil
+end
+local function finished(task)
+  local f = redis.call('HMGET', task, 'state', 'captcha_until')
+  return f[1] and not (f[2] and tonumber(f[2]) > now)
+end
+local in_processing, leased = {}, {}
+for _, item in ipairs(redis.call('LRANGE', processing, 0, -1)) do in_processing[item] = true end
+for _, item in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
+  leased[item] = true
+  if not in_processing[item] then bad('lease_without_item', item) end
+  if is_id(item) and redis.call('HEXISTS', task_prefix .. item, 'state') == 1 then
+    bad('lease_of_finished_task', item)
+  end
+end
+for item in pairs(in_processing) do
+  if not leased[item] then bad('item_without_lease', item) end
+end
+for _, unit in ipairs(redis.call('ZRANGEBYSCORE', units, '(' .. now, '+inf')) do
+  if string.sub(unit, 1, #UNIT_PREFIX) == UNIT_PREFIX and not string.find(unit, STRAY_MARK, 1, true)
+      and finished(task_prefix .. string.sub(unit, #UNIT_PREFIX + 1)) then
+    bad('unit_of_finished_task', unit)
+  end
+end
+for check, n in pairs(counts) do
+  if n > cap then out[#out + 1] = check; out[#out + 1] = string.format('(%d more)', n - cap) end
+end
+return out
+"""
+
 _REPORT = """
 local task, reports, verdict, id, cap = KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3])
 local captcha = redis.call('HGET', task, 'captcha_id')
@@ -851,6 +902,28 @@ class RecordOutcome(enum.IntEnum):
     RECORDED = 1
 
 
+class AuditCheck(enum.StrEnum):
+    """The checks of AUDIT, each a promise of docs/guarantees.md."""
+
+    UNIT_OF_FINISHED_TASK = "unit_of_finished_task"  # a unit kept after its task's outcome, its solve over
+    LEASE_OF_FINISHED_TASK = "lease_of_finished_task"  # a lease kept after its task's outcome
+    LEASE_WITHOUT_ITEM = "lease_without_item"  # a lease whose item is not in processing
+    ITEM_WITHOUT_LEASE = "item_without_lease"  # a processing item no lease covers (the reaper's orphan)
+
+
+@dataclass(frozen=True)
+class Violation:
+    check: AuditCheck
+    member: Text  # the unit or the item (a raw item as stored: report it with ``item_ref``)
+
+
+def confirmed(first: Sequence[Violation], second: Sequence[Violation]) -> list[Violation]:
+    """The violations of `second` already in `first`: what persisted between two audits (a step in progress
+    shows in one snapshot only)."""
+    seen = set(first)
+    return [v for v in second if v in seen]
+
+
 @dataclass(frozen=True)
 class QueueStats:
     pending: int
@@ -985,6 +1058,7 @@ class RedisQueue:
         self._lookup = SlotScript(redis, _LOOKUP)
         self._seed_result = SlotScript(redis, _SEED_RESULT)
         self._shares = SlotScript(redis, shares.SHARES)
+        self._audit = SlotScript(redis, _AUDIT)
 
     # producer ---------------------------------------------------------------------------------------------
     async def push(self, tasks: Sequence[tuple[str, str]], *, ttl: int, front: bool = False,
@@ -1265,6 +1339,14 @@ class RedisQueue:
 
     async def stats(self, *, worker_alive_s: float = 60) -> QueueStats:
         return _stats(await self._stats(keys=self._count_keys(), args=[worker_alive_s, self.keys.waiting_prefix]))
+
+    async def audit(self, *, cap: int = 100) -> list[Violation]:
+        """AUDIT: what Redis shows of a broken invariant (docs/guarantees.md), at most `cap` members per check
+        (then one ``(N more)`` entry). A snapshot: confirm with a second one what persists (``confirmed``)."""
+        flat = await self._eval_raw(self._audit, [self.keys.processing, self.keys.leases, self.keys.budget],
+                                    [self.keys.task_prefix, cap])
+        pairs = zip(flat[0::2], flat[1::2], strict=True)
+        return [Violation(AuditCheck(bytes(c).decode()), as_text(m)) for c, m in pairs]
 
     async def dead_letters(self, start: int = 0, count: int = 100) -> list[DeadLetter]:
         raws = await self._raw("LRANGE", self.keys.dead, start, start + count - 1)

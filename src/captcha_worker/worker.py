@@ -54,7 +54,19 @@ from captcha_worker.job import Api, Job, JobRunner
 from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
 from captcha_worker.pingback import Hub
-from captcha_worker.queue import Claimed, ClaimFlag, ClaimReply, QueueStats, RedisQueue, Renewal, Report, item_ref
+from captcha_worker.queue import (
+    AuditCheck,
+    Claimed,
+    ClaimFlag,
+    ClaimReply,
+    QueueStats,
+    RedisQueue,
+    Renewal,
+    Report,
+    Violation,
+    confirmed,
+    item_ref,
+)
 
 log = logging.getLogger("captcha_worker.worker")
 T = TypeVar("T")
@@ -104,6 +116,7 @@ class Worker:
         self._plan_read = asyncio.Event()  # the first threadsinfo answered (or failed)
         self._jobs: dict[asyncio.Task[None], Job] = {}  # running jobs by their task
         self._held = 0  # of them, those holding a budget unit
+        self._audit_logged: list[Violation] = []  # the violations last logged (one line per change)
         self.runner = JobRunner(self)
 
     # -- what jobs read -----------------------------------------------------------------------------------
@@ -147,6 +160,7 @@ class Worker:
         """Run until `stop` is set, then drain. `hard_stop` (a second signal) cuts the drain short."""
         metrics.init(concurrency=self.cfg.concurrency, budget_limit=self.cfg.threads,
                      monthly_price=self.cfg.monthly_price)
+        self._export_audit([])  # every check's series at 0 from the start
         event(log, "worker_started", worker=self.id, concurrency=self.cfg.concurrency, threads=self.cfg.threads,
               queue=self.cfg.queue)
         if self.cfg.concurrency > self.cfg.threads:
@@ -525,6 +539,7 @@ class Worker:
 
     async def _reaper_loop(self) -> None:
         cfg = self.cfg
+        last: list[Violation] = []
         while not await self._pause(cfg.lease_seconds / 2 * (0.75 + 0.5 * random.random())):
             counts = await self._redis("reap", self.queue.reap, orphan_grace_s=cfg.orphan_grace_seconds)
             if counts and any(counts):
@@ -532,6 +547,21 @@ class Worker:
                 metrics.LEASES_REAPED.labels("expired").inc(expired)
                 metrics.LEASES_REAPED.labels("orphaned").inc(orphaned)
                 event(log, "leases_reaped", logging.WARNING, expired=expired, orphaned=orphaned)
+            seen = await self._redis("audit", self.queue.audit)
+            if seen is not None:
+                self._export_audit(confirmed(last, seen))
+                last = seen
+
+    def _export_audit(self, violations: list[Violation]) -> None:
+        """What two audits in a row saw (a step in progress shows in one only), by check; one log line per change."""
+        by_check = {c: sum(1 for v in violations if v.check is c) for c in AuditCheck}
+        for check, n in by_check.items():
+            metrics.AUDIT_VIOLATIONS.labels(check.value).set(n)
+        if violations and violations != self._audit_logged:
+            event(log, "audit_violations", logging.WARNING, **{c.value: n for c, n in by_check.items() if n},
+                  members=[item_ref(v.member) for v in violations[:10]],
+                  hint="captcha-worker audit names every one; docs/guarantees.md says what each breaks")
+        self._audit_logged = violations
 
     async def _report_loop(self) -> None:
         """report_bad / report_good requests, sent to CaptchaAI (res.php reportbad / reportgood)."""
