@@ -15,6 +15,7 @@ FAST, INTEGRATION, CHAOS = "fast", "integration", "chaos"
 #: the tier of every test file (tests/chaos/ is the chaos tier as a whole: its conftest marks every test there)
 TIERS: dict[str, str] = {
     "tests/test_bench_smoke.py": INTEGRATION,  # every benchmark in smoke mode (~200 s)
+    "tests/test_audit.py": FAST,
     "tests/test_captchaai.py": FAST,
     "tests/test_cli.py": FAST,  # the CLI as processes against one stack (~70 s)
     "tests/test_codes.py": FAST,
