@@ -102,3 +102,36 @@ def test_the_worker_gets_only_documented_environment(renderings: dict[tuple[str,
         assert not unknown, f"{helm} {case}: the chart sets {sorted(unknown)}, which docs/contracts.md does not list"
         where = {"REDIS_SENTINELS", "REDIS_SENTINEL_MASTER"} if "sentinel" in case else {"REDIS_URL"}  # no URL there
         assert {"CAPTCHAAI_KEY_FILE", "CAPTCHAAI_THREADS", "REDIS_MODE", *where} <= given, f"{helm} {case}"
+
+
+_README_TYPES = {"int": {"integer", "number"}, "float": {"number"}, "string": {"string"}, "bool": {"boolean"},
+                 "object": {"object"}, "list": {"array"}}
+
+
+def _schema_types(schema: dict[str, Any], key: str) -> set[str] | None:
+    node = schema
+    for part in key.split("."):
+        props = node.get("properties", {})
+        if part not in props:
+            return None
+        node = props[part]
+    found: set[str] = set()
+    for n in [node, *node.get("anyOf", []), *node.get("oneOf", [])]:
+        t = n.get("type")
+        found |= set(t) if isinstance(t, list) else {t} if t else set()
+    return found
+
+
+def test_readme_types_are_the_schemas() -> None:
+    """The values table's type column (helm-docs guesses it from the default: null reads as `string`; `# -- (int)`
+    overrides it) says what values.schema.json accepts."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    wrong = []
+    for line in (CHART / "README.md").read_text().splitlines():
+        cols = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cols) < 4 or cols[1] not in _README_TYPES:
+            continue
+        types = _schema_types(schema, cols[0])
+        if types is not None and not (_README_TYPES[cols[1]] & types):
+            wrong.append(f"{cols[0]}: README {cols[1]}, schema {sorted(types)}")
+    assert not wrong, wrong

@@ -115,14 +115,17 @@ class GatewayConfig:
     callback_timeout_seconds: float
     callback_attempts: int
     log_level: str
+    tenants_source: str = ""  # GATEWAY_TENANTS as given: re-read with the secrets for a rotated key
+    secrets_dir: str | None = None  # GATEWAY_SECRETS_DIR
+    key_reload_seconds: float = 10.0  # KEY_RELOAD_SECONDS: how often the tenants' key files are re-read
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> GatewayConfig:
         env = os.environ if env is None else env
         e = _Env(env)
         plan = e.integer("CAPTCHAAI_THREADS", 0, minimum=1) if e.raw("CAPTCHAAI_THREADS") else None
-        tenants = load_tenants(e.required("GATEWAY_TENANTS", "the tenants, as JSON or the path of a JSON file "
-                                                             "(docs/gateway.md)"), e.raw("GATEWAY_SECRETS_DIR"))
+        source = e.required("GATEWAY_TENANTS", "the tenants, as JSON or the path of a JSON file (docs/gateway.md)")
+        tenants = load_tenants(source, e.raw("GATEWAY_SECRETS_DIR"))
         check_reserved(tenants, plan)
         api_key = e.raw("CAPTCHAAI_KEY") or ""
         if api_key and not KEY_RE.match(api_key):
@@ -157,7 +160,8 @@ class GatewayConfig:
             plan_threads=plan, api_key=Secret(api_key), api_url=api_url, upstream_balance=upstream_balance,
             callback_timeout_seconds=e.number("GATEWAY_CALLBACK_TIMEOUT_SECONDS", 5.0, minimum=0.1),
             callback_attempts=e.integer("GATEWAY_CALLBACK_ATTEMPTS", 3, minimum=1, maximum=10),
-            log_level=log_level,
+            log_level=log_level, tenants_source=source, secrets_dir=e.raw("GATEWAY_SECRETS_DIR"),
+            key_reload_seconds=e.number("KEY_RELOAD_SECONDS", 10.0, minimum=1.0),
         )
 
     def secrets(self) -> list[str]:

@@ -26,6 +26,7 @@ from captcha_worker.gateway.app import REPLY_TO, Gateway
 from captcha_worker.gateway.callbacks import Callbacks
 from captcha_worker.gateway.config import GatewayConfig
 from captcha_worker.gateway.jsonapi import JsonApi
+from captcha_worker.gateway.keys import TenantKeyReloader, reload_loop
 from captcha_worker.gateway.results import ResultReader, share_loop
 from captcha_worker.gateway.tenants import Tenants
 from captcha_worker.metrics import ProbeServer
@@ -63,7 +64,8 @@ class GatewayServer:
         callbacks = Callbacks(timeout_s=cfg.callback_timeout_seconds, attempts=cfg.callback_attempts)
         upstream = CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=10, retry=RetryPolicy(transient_attempts=2)) \
             if cfg.api_key else None
-        gateway = self.gateway = Gateway(cfg, producer, Tenants(cfg.tenants), upstream=upstream)
+        tenants = Tenants(cfg.tenants)
+        gateway = self.gateway = Gateway(cfg, producer, tenants, upstream=upstream)
         gm.init((t.name, t.threads, t.reserved) for t in cfg.tenants)
         gm.READY.set(1)
         await callbacks.start()
@@ -84,6 +86,8 @@ class GatewayServer:
             reader = ResultReader(gateway, callbacks)
             self._tasks = [asyncio.create_task(reader.run(self._closing)),
                            asyncio.create_task(share_loop(gateway, self._closing))]
+            if cfg.secrets_dir:  # keys from a mounted Secret: a rotated key is taken without a restart
+                self._tasks.append(asyncio.create_task(reload_loop(TenantKeyReloader(cfg, tenants), self._closing)))
             yield
         finally:
             self._closing.set()

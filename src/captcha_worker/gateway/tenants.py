@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from captcha_worker.codes import Code
 from captcha_worker.gateway.config import KEY_RE, RateLimit, Tenant
@@ -50,6 +50,16 @@ class Tenants:
         self.by_name = {t.name: t for t in self.all}
         self._keys = [(t.key.value.encode(), t) for t in self.all]
         self._buckets = {t.name: TokenBucket(t.rate_limit, clock) for t in self.all if t.rate_limit is not None}
+
+    def rekey(self, keys: Mapping[str, str]) -> list[str]:
+        """Take the keys of `keys` (tenant name -> key) for the tenants it names; the names whose key changed."""
+        changed = [t.name for t in self.all if t.name in keys and keys[t.name].encode() != self._key_of(t)]
+        if changed:
+            self._keys = [(keys.get(t.name, "").encode() or self._key_of(t), t) for t in self.all]
+        return changed
+
+    def _key_of(self, tenant: Tenant) -> bytes:
+        return next(k for k, t in self._keys if t is tenant)
 
     def identify(self, key: str) -> Tenant | Code:
         """The tenant whose key this is, or the code to answer."""
