@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from captcha_worker.gateway.config import GatewayConfig
 from captcha_worker.gateway.keys import TenantKeyReloader
@@ -57,7 +56,6 @@ def test_reloader_takes_a_new_key_once_and_keeps_the_old_through_a_bad_write(tmp
     assert str(tenants.identify(KEY)) == "ERROR_KEY_DOES_NOT_EXIST"
 
 
-@pytest.mark.slow
 async def test_a_rotated_tenant_key_reaches_the_running_gateway(redis_server: Any, tmp_path: Path) -> None:
     secrets = tmp_path / "secrets"
     secrets.mkdir()
