@@ -37,6 +37,9 @@ from tests.helpers import KEY
 from tests.topology import ClusterTopology, cluster, replica_servers
 
 SPEED = 50.0
+#: heartbeats every 2 s; a hook holds a heartbeat while a job solves and ACKs (~0.3 s), and only a loop stall over
+#: 6 s would let the reaper take the lease meanwhile (another interleaving than the one forced)
+LEASE_S = "6"
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
 
 
@@ -44,7 +47,7 @@ TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
 async def running_worker(redis_url: str, **env: str) -> AsyncIterator[Worker]:
     async with SimulatorServer(SimConfig(speed=SPEED, seed=1)) as sim:
         base = {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "4",
-                "WORKER_CONCURRENCY": "2", "API_TIME_SCALE": str(SPEED), "LEASE_SECONDS": "3",
+                "WORKER_CONCURRENCY": "2", "API_TIME_SCALE": str(SPEED), "LEASE_SECONDS": LEASE_S,
                 "DRAIN_GRACE_SECONDS": "5"}
         async with open_worker(WorkerConfig.from_env({**base, **env})) as w:
             stop = asyncio.Event()
