@@ -49,6 +49,7 @@ from bench.common import (
 from bench.common import worker_env as _worker_env
 from captcha_worker import methods
 from captcha_worker.client import CaptchaQueue, Solved
+from captcha_worker.localredis import free_port
 from captcha_worker.polling import LatencyModel, PollSchedule
 from captcha_worker.simulator import SimConfig
 
@@ -365,19 +366,30 @@ def _seed_batch(url: str, name: str, n: int, timeout: float) -> list[dict[str, f
     return list(rows.values())
 
 
-def real_run(*, speed: float, n: int, reps: int) -> dict[str, Any]:
+SYSTEMS = ("ours", "pingback", "seed")
+
+
+def _pingback_env() -> dict[str, str]:
+    """Pingback mode (PINGBACK_URL): the worker's own receiver on a free port, which the simulator calls."""
+    port = str(free_port())
+    return {"PINGBACK_URL": f"http://127.0.0.1:{port}", "PINGBACK_PORT": port, "PINGBACK_HOST": "127.0.0.1"}
+
+
+def real_run(*, speed: float, n: int, reps: int, systems: tuple[str, ...] = SYSTEMS) -> dict[str, Any]:
+    """`pingback`: ours in pingback mode (the simulator calls back; polls are the fallback)."""
     out: dict[str, Any] = {"speed": speed, "tasks_per_kind": n, "repetitions": reps, "kinds": {}}
     lat_args = [a for name in KINDS for a in ("--latency", f"{name}={_latency(name)}")]
     acc: dict[str, dict[str, dict[str, list[float]]]] = {
-        name: {s: {"calls": [], "added_mean_s": [], "sim_calls": []} for s in ("ours", "seed")} for name in KINDS}
+        name: {s: {"calls": [], "added_mean_s": [], "sim_calls": []} for s in systems} for name in KINDS}
     with RedisServer() as rs, SimulatorProcess(["--threads", "100000", "--speed", str(speed), *lat_args]) as sim:
         r = rs.client()
         for rep in range(reps):
-            for system in ("ours", "seed"):
+            for system in systems:
                 r.flushall()
-                if system == "ours":
+                if system in ("ours", "pingback"):
                     env = _worker_env(rs.url, concurrency=n, threads=n, api_url=sim.url, API_TIME_SCALE=str(speed),
-                                      THREADSINFO_INTERVAL_SECONDS="3600")
+                                      THREADSINFO_INTERVAL_SECONDS="3600",
+                                      **(_pingback_env() if system == "pingback" else {}))
                     proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], env=env, cwd=ROOT,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     wait_for_workers(r, 1, procs=[proc])
@@ -392,7 +404,7 @@ def real_run(*, speed: float, n: int, reps: int) -> dict[str, Any]:
                     for name in KINDS:
                         time.sleep(0.3)
                         sim.reset()
-                        if system == "ours":
+                        if system != "seed":
                             rows = asyncio.run(_ours_batch(rs.url, name, n))
                         else:
                             rows = _seed_batch(rs.url, name, n, timeout=300)
@@ -410,10 +422,42 @@ def real_run(*, speed: float, n: int, reps: int) -> dict[str, Any]:
                 finally:
                     stop_process(proc)
     for name in KINDS:
-        out["kinds"][name] = {s: {k: summary(v) for k, v in acc[name][s].items()} for s in ("ours", "seed")}
-        o, s = out["kinds"][name]["ours"], out["kinds"][name]["seed"]
-        out["kinds"][name]["calls_ratio"] = o["calls"]["median"] / s["calls"]["median"]
+        out["kinds"][name] = {s: {k: summary(v) for k, v in acc[name][s].items()} for s in systems}
+        if "ours" in systems and "seed" in systems:
+            o, s = out["kinds"][name]["ours"], out["kinds"][name]["seed"]
+            out["kinds"][name]["calls_ratio"] = o["calls"]["median"] / s["calls"]["median"]
+    if "pingback" in systems:
+        pb: list[dict[str, dict[str, float]]] = [out["kinds"][name]["pingback"] for name in KINDS]
+        out["pingback_mix"] = {"calls": statistics.fmean(r["calls"]["median"] for r in pb),
+                               "sim_calls": statistics.fmean(r["sim_calls"]["median"] for r in pb),
+                               "added_mean_s": statistics.fmean(r["added_mean_s"]["median"] for r in pb)}
+        mix = out["pingback_mix"]
+        mix["meets_target"] = mix["sim_calls"] <= 1.5 and mix["added_mean_s"] <= 0.3
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.p4_polling pingback [--speed S] [--tasks N] [--reps R]``: the real run of pingback mode
+    alone (ours in pingback mode; add ``--systems ours,pingback,seed`` for the others), JSON on stdout."""
+    import argparse  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m bench.p4_polling")
+    parser.add_argument("what", choices=["pingback"])
+    parser.add_argument("--speed", type=float, default=5.0)
+    parser.add_argument("--tasks", type=int, default=60)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--systems", default="pingback")
+    ns = parser.parse_args(argv)
+    systems = tuple(s for s in ns.systems.split(",") if s)
+    if not set(systems) <= set(SYSTEMS):
+        parser.error(f"--systems: known are {', '.join(SYSTEMS)}")
+    print(json.dumps(real_run(speed=ns.speed, n=ns.tasks, reps=ns.reps, systems=systems), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
 
 
 def run(*, samples: int, seed: int, speed: float, real_n: int, real_reps: int, search: bool) -> dict[str, Any]:

@@ -641,6 +641,9 @@ def _add_demo_command(sub: Subparsers) -> None:
     p.add_argument("--concurrency", type=int, default=8, help="solve slots per worker (default 8)")
     p.add_argument("--speed", type=float, default=20.0, help="simulated solve times divided by this (default 20)")
     p.add_argument("--unsolvable", type=float, default=0.02, help="simulated UNSOLVABLE rate (default 0.02)")
+    p.add_argument("--pingback", action="store_true",
+                   help="pingback mode: the simulator calls worker 0's receiver back, which wakes every worker's "
+                        "solves through Redis; polls only as the fallback")
     p.set_defaults(func=cmd_demo)
 
 

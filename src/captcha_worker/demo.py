@@ -111,9 +111,15 @@ async def running_stack(ns: argparse.Namespace) -> AsyncIterator[tuple[Stack, st
                "CAPTCHAAI_THREADS": str(ns.threads), "WORKER_CONCURRENCY": str(ns.concurrency),
                "API_TIME_SCALE": str(ns.speed), "LOG_LEVEL": "warning", "METRICS_HOST": "127.0.0.1",
                "DRAIN_GRACE_SECONDS": "10"}
+        pingback_ports = [free_port() for _ in range(ns.workers)] if getattr(ns, "pingback", False) else []
+        if pingback_ports:  # every worker runs a receiver; the simulator calls worker 0's (as a Service would one pod)
+            env |= {"PINGBACK_URL": f"http://127.0.0.1:{pingback_ports[0]}", "PINGBACK_HOST": "127.0.0.1"}
         for i in range(ns.workers):
             stack.metrics_ports.append(free_port())
-            await _spawn(stack, f"worker-{i}", ["run"], {**env, "METRICS_PORT": str(stack.metrics_ports[-1])})
+            extra = {"PINGBACK_PORT": str(pingback_ports[i])} if pingback_ports else {}
+            await _spawn(stack, f"worker-{i}", ["run"], {**env, **extra, "METRICS_PORT": str(stack.metrics_ports[-1])})
+        if pingback_ports:  # no solve before the receiver listens: its first callbacks would be lost
+            await _wait_for(lambda: port_open(pingback_ports[0]), "worker 0's pingback receiver")
         yield stack, redis_kind
     finally:
         # workers first (they drain), then the simulator, then Redis
@@ -187,6 +193,8 @@ def summary(outcomes: list[Outcome], wall: float, sim: dict[str, Any], ns: argpa
                           f"({ns.workers} workers x {ns.concurrency} slots)"),
         ("plan utilisation", f"{100 * float(sim.get('utilisation', 0)):.0f} % of thread-time busy while the demo ran"),
         ("over-cap rejections", str(sim.get("over_cap_rejections", "?"))),
+        *([("pingbacks", f"{sim.get('pingbacks_sent', '?')} delivered, {sim.get('pingbacks_failed', '?')} failed "
+                         "(pingback mode: polls only as the fallback)")] if getattr(ns, "pingback", False) else []),
         ("setup", f"{redis_kind}; simulator speed x{ns.speed:g}"),
     ]
     width = max(len(k) for k, _ in rows)
