@@ -9,6 +9,7 @@
 {{- $msgs = concat $msgs (include "captcha-solver.validate.redis" . | fromJsonArray) -}}
 {{- $msgs = concat $msgs (include "captcha-solver.validate.disruption" . | fromJsonArray) -}}
 {{- $msgs = concat $msgs (include "captcha-solver.validate.gateway" . | fromJsonArray) -}}
+{{- $msgs = concat $msgs (include "captcha-solver.validate.pingback" . | fromJsonArray) -}}
 {{- if $msgs -}}
 {{- fail (printf "\n\nVALUES VALIDATION:\n  - %s\n" (join "\n  - " $msgs)) -}}
 {{- end -}}
@@ -232,6 +233,15 @@
 {{- if and $g.autoscaling.enabled (lt (int $g.autoscaling.maxReplicas) (int $g.autoscaling.minReplicas)) -}}
 {{- $msgs = append $msgs "gateway.autoscaling: maxReplicas is below minReplicas" -}}
 {{- end -}}
+{{- end -}}
+{{- toJson $msgs -}}
+{{- end -}}
+
+{{/* Pingback mode needs the receiver's external URL. */}}
+{{- define "captcha-solver.validate.pingback" -}}
+{{- $msgs := list -}}
+{{- if and .Values.pingback.enabled (not .Values.pingback.url) -}}
+{{- $msgs = append $msgs "pingback.enabled needs pingback.url: the receiver's base URL as CaptchaAI reaches it (e.g. https://captcha-pingback.example.com, the host of pingback.ingress)." -}}
 {{- end -}}
 {{- toJson $msgs -}}
 {{- end -}}

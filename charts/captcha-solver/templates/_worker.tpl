@@ -88,6 +88,11 @@
 {{- $url := include "captcha-solver.captchaaiUrl" . -}}
 {{- if $url }}{{- $_ := set $cfg "CAPTCHAAI_URL" $url -}}{{- end -}}
 {{- with .Values.compat.queueList }}{{- $_ := set $cfg "COMPAT_QUEUE_LIST" . -}}{{- end -}}
+{{- if .Values.pingback.enabled -}}
+{{- $_ := set $cfg "PINGBACK_URL" (trimSuffix "/" .Values.pingback.url) -}}
+{{- $_ := set $cfg "PINGBACK_HOST" "0.0.0.0" -}}
+{{- $_ := set $cfg "PINGBACK_PORT" (toString (int .Values.pingback.port)) -}}
+{{- end -}}
 {{- $_ := merge $cfg (include "captcha-solver.worker.redisConfig" . | fromYaml) -}}
 {{- if eq (include "captcha-solver.redis.tls" .) "true" -}}
 {{- $_ := set $cfg "REDIS_TLS_INSECURE" (toString .Values.externalRedis.tls.insecureSkipVerify) -}}
