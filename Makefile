@@ -7,14 +7,15 @@ export PATH := $(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 # The test tiers (markers in pyproject.toml; tests/test_tiers.py gives every test file one). PYTEST_ARGS: more
 # pytest options (.ci/run passes --durations=10); JOBS: pytest-xdist workers of the fast tier (each starts its own
 # redis-server and stacks), 2 for this project's 2-core machines.
-TIER_FAST := not integration and not chaos
+TIER_FAST := not integration and not chaos and not release
 TIER_INTEGRATION := integration
 TIER_CHAOS := chaos
+TIER_RELEASE := release
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider
 PYTEST_ARGS ?=
 JOBS ?= 2
 
-.PHONY: help test unit integration chaos test-stress demo venv tools lint e2e e2e-pods bench compatibility clean dashboard dashboard-png
+.PHONY: help test unit integration chaos test-stress demo venv tools lint e2e e2e-pods bench compatibility clean dashboard dashboard-png release test-release
 
 help:
 	@echo "make demo   - run the whole thing locally: redis + simulator + workers + producer, with a summary"
@@ -28,6 +29,9 @@ help:
 	@echo "make compatibility - run the client libraries against the simulator, rewrite docs/compatibility.md"
 	@echo "make e2e    - chart on a real kube-apiserver + KEDA operator (builds them into .tools/ once)"
 	@echo "make e2e-pods - chart + KEDA's chart on a one-node cluster whose pods run: 0 -> N -> 0, helm 3 and 4 (root)"
+	@echo "make release REGISTRY=host:port - signed image (digest-pinned), SBOM and signed chart pushed to an OCI registry"
+	@echo "              (RELEASE_KEYS=DIR or RELEASE_KEYS=generate; root: buildah; docs/operations.md)"
+	@echo "make test-release - make release against a real registry on 127.0.0.1, then helm pull --verify / cosign verify (root)"
 	@echo "make bench  - benchmarks; results in bench/results/, quoted in docs/benchmarks.md"
 	@echo "make dashboard     - regenerate the Grafana dashboard JSON and its docs from dashboards/ (code)"
 	@echo "make dashboard-png - draw docs/img/dashboard.png from a real Prometheus scraping a demo run (~4 min)"
@@ -70,6 +74,14 @@ e2e: venv tools
 
 e2e-pods: venv tools
 	tests/e2e/pods.sh
+
+release: venv tools
+	scripts/install-tools.sh --only release
+	REGISTRY="$(REGISTRY)" scripts/release.sh
+
+test-release: venv tools
+	scripts/install-tools.sh --only release
+	$(PYTEST) -m "$(TIER_RELEASE)" $(PYTEST_ARGS) tests/test_release.py
 
 compatibility: venv
 	scripts/install-tools.sh --only clients

@@ -25,9 +25,10 @@ from tests.procs import RedisServer
 
 @pytest.hookimpl(trylast=True)  # after tests/chaos/conftest.py has marked its tests chaos
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test outside the fast tier (marked integration or chaos) is also `slow`: `-m "not slow"` = fast."""
+    """Every test outside the fast tier (marked integration, chaos or release) is also `slow`: `-m "not slow"` =
+    fast."""
     for item in items:
-        if item.get_closest_marker("integration") or item.get_closest_marker("chaos"):
+        if any(item.get_closest_marker(m) for m in ("integration", "chaos", "release")):
             item.add_marker(pytest.mark.slow)
 
 

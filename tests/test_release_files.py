@@ -31,7 +31,7 @@ def test_license_is_the_apache_license_the_metadata_claims() -> None:
     assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
     assert "END OF TERMS AND CONDITIONS" in text  # the full text, not a stub
     assert _pyproject()["license"] == {"text": "Apache-2.0"}
-    assert _chart()["annotations"] == {"artifacthub.io/license": "Apache-2.0"}
+    assert _chart()["annotations"]["artifacthub.io/license"] == "Apache-2.0"  # type: ignore[index]
     assert 'org.opencontainers.image.licenses="Apache-2.0"' in (ROOT / "Dockerfile").read_text()
     assert "!LICENSE" in (ROOT / ".dockerignore").read_text().splitlines()
 

@@ -11,7 +11,7 @@ import sys
 
 from tests.helpers import ROOT
 
-FAST, INTEGRATION, CHAOS = "fast", "integration", "chaos"
+FAST, INTEGRATION, CHAOS, RELEASE = "fast", "integration", "chaos", "release"
 #: the tier of every test file (tests/chaos/ is the chaos tier as a whole: its conftest marks every test there)
 TIERS: dict[str, str] = {
     "tests/test_bench_smoke.py": INTEGRATION,  # every benchmark in smoke mode (~200 s)
@@ -40,6 +40,8 @@ TIERS: dict[str, str] = {
     "tests/test_producer.py": FAST,  # the producer library against a stack (~60 s)
     "tests/test_queue.py": FAST,
     "tests/test_races.py": FAST,
+    "tests/test_release.py": RELEASE,  # make release against a real registry (root, buildah; ~90 s)
+    "tests/test_release_chart.py": FAST,
     "tests/test_release_files.py": FAST,
     "tests/test_shares.py": FAST,
     "tests/test_shares_flood.py": INTEGRATION,  # a gateway, two workers, a flood and a kill (~50 s)
@@ -67,13 +69,14 @@ MIXED: dict[str, str] = {
     "tests/chart/test_dockerfile.py::test_wheel_installs_into_a_fresh_venv_like_the_image": INTEGRATION,  # wheel + venv
 }
 #: what each make target selects (`make unit` is the fast tier without lint)
-SELECTION = {FAST: "not integration and not chaos", INTEGRATION: "integration", CHAOS: "chaos"}
+SELECTION = {FAST: "not integration and not chaos and not release", INTEGRATION: "integration", CHAOS: "chaos",
+             RELEASE: "release"}
 
 _COLLECT = """
 import json, sys, pytest
 class Report:
     def pytest_collection_finish(self, session):
-        rows = [[i.nodeid, sorted({m.name for m in i.iter_markers()} & {"integration", "chaos", "slow"})]
+        rows = [[i.nodeid, sorted({m.name for m in i.iter_markers()} & {"integration", "chaos", "release", "slow"})]
                 for i in session.items]
         print("TIERS " + json.dumps(rows))
 sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests"], plugins=[Report()]))
@@ -102,7 +105,7 @@ def test_every_test_carries_the_marker_of_its_files_tier() -> None:
     wrong = []
     for nodeid, all_marks in rows:
         if all_marks == ["slow"]:
-            wrong.append(f"{nodeid}: marked slow, not with a tier (integration or chaos; fast is unmarked)")
+            wrong.append(f"{nodeid}: marked slow, not with a tier (integration, chaos or release; fast is unmarked)")
             continue
         marks = [m for m in all_marks if m != "slow"]
         path, _, name = nodeid.partition("::")
@@ -123,7 +126,8 @@ def test_the_make_targets_select_the_tiers() -> None:
     makefile = (ROOT / "Makefile").read_text()
     for tier, expression in SELECTION.items():
         assert f"TIER_{tier.upper()} := {expression}\n" in makefile, tier
-    for target, tier in (("test", FAST), ("unit", FAST), ("integration", INTEGRATION), ("chaos", CHAOS)):
+    for target, tier in (("test", FAST), ("unit", FAST), ("integration", INTEGRATION), ("chaos", CHAOS),
+                         ("test-release", RELEASE)):
         recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, re.M)
         assert recipe is not None, f"make {target} is missing"
         assert f'-m "$(TIER_{tier.upper()})"' in recipe.group(1), (target, recipe.group(1))

@@ -15,7 +15,9 @@
 # builds nothing. The two Debian bases (the slow part, ~40 s each) are also kept in the shared cache
 # (~/.cache/captcha-solver-tools/e2e/images, E2E_SHARED_CACHE) so a fresh clone copies them.
 #
-# Usage: tests/e2e/images.sh    build what is missing; prints "name image archive" lines on stdout
+# Usage: tests/e2e/images.sh            build what is missing; prints "name image archive" lines on stdout
+#        tests/e2e/images.sh --worker   only the python base and the worker image (`make release` builds the image
+#                                       it publishes this way): prints the "worker image archive" line
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -122,8 +124,9 @@ worker_image() {  # the project's Dockerfile, unmodified, on the local python ba
 command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || { say "buildah/mmdebstrap missing (cluster.sh packages)"; exit 1; }
 s0=$(date +%s)
 py=$(debian_base python-base "$PY_PACKAGES" 'true')
-redis=$(debian_base redis "$REDIS_PACKAGES" 'mkdir -p "$1/data" && chmod 1777 "$1/data"')
+[ "${1:-}" = --worker ] || redis=$(debian_base redis "$REDIS_PACKAGES" 'mkdir -p "$1/data" && chmod 1777 "$1/data"')
 worker=$(worker_image "${py%% *}")
+if [ "${1:-}" = --worker ]; then echo "worker $worker"; exit 0; fi
 out=(
   "worker $worker"
   "redis $redis"
