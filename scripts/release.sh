@@ -17,6 +17,7 @@
 #
 # Env: REGISTRY (required), RELEASE_KEYS (required), RELEASE_OUT (default .tools/release/out, emptied first),
 #      RELEASE_PLAIN_HTTP=1|0 (default 1 for 127.0.0.1 / localhost, else 0: the registry speaks HTTPS),
+#      RELEASE_CA_FILE (PEM: the CA of an HTTPS registry whose certificate the system roots do not cover),
 #      RELEASE_SIGNKEY_URL (where the OpenPGP public key is published: artifacthub.io/signKey's url).
 # Output in OUT: the chart .tgz + .prov, sbom.spdx.json, keys/ (public halves: pubring.gpg, cosign.pub), release.json
 # (references, digests, sizes, seconds per step). Needs root (buildah).
@@ -62,10 +63,16 @@ export COSIGN_PASSWORD=${COSIGN_PASSWORD-}
 mkdir -p "$DOCKER_CONFIG"; echo "{}" > "$DOCKER_CONFIG/config.json"
 BUILDAH_ROOT=$ROOT/.tools/release/storage
 BUILDAH=(buildah --storage-driver vfs --root "$BUILDAH_ROOT/root" --runroot "$BUILDAH_ROOT/run")
-helm_plain=() cosign_plain=() buildah_tls=() oras_plain=()
+helm_plain=() cosign_plain=() buildah_tls=() oras_plain=() cosign_env=()
+CA=${RELEASE_CA_FILE:-}
 if [ "$PLAIN" = 1 ]; then
   helm_plain=(--plain-http) cosign_plain=(--allow-insecure-registry --allow-http-registry)
   buildah_tls=(--tls-verify=false) oras_plain=(--plain-http)
+elif [ -n "$CA" ]; then
+  [ -s "$CA" ] || die "RELEASE_CA_FILE=$CA is not a readable PEM file"
+  mkdir -p "$WORK/certs"; cp "$CA" "$WORK/certs/ca.crt"
+  helm_plain=(--ca-file "$CA") buildah_tls=(--cert-dir "$WORK/certs") oras_plain=(--ca-file "$CA")
+  cosign_env=(SSL_CERT_FILE="$CA")  # Go's x509 on Linux: this file instead of the system roots
 fi
 say "chart $VERSION, image $APP_VERSION -> $REGISTRY$( [ "$PLAIN" = 1 ] && echo ' (plain HTTP)')"
 
@@ -122,9 +129,9 @@ step_end
 
 # ---- 4. image signature and the SBOM attestation ---------------------------------------------------------
 step_start sign-image
-cosign sign --key "$KEYS/cosign.key" --tlog-upload=false "${cosign_plain[@]}" "$IMAGE_REF@$DIGEST" >"$WORK/cosign-sign.log" 2>&1 \
+env "${cosign_env[@]}" cosign sign --key "$KEYS/cosign.key" --tlog-upload=false "${cosign_plain[@]}" "$IMAGE_REF@$DIGEST" >"$WORK/cosign-sign.log" 2>&1 \
   || { cat "$WORK/cosign-sign.log" >&2; die "cosign sign $IMAGE_REF@$DIGEST"; }
-cosign attest --key "$KEYS/cosign.key" --tlog-upload=false "${cosign_plain[@]}" --type spdxjson \
+env "${cosign_env[@]}" cosign attest --key "$KEYS/cosign.key" --tlog-upload=false "${cosign_plain[@]}" --type spdxjson \
   --predicate "$OUT/sbom.spdx.json" "$IMAGE_REF@$DIGEST" >"$WORK/cosign-attest.log" 2>&1 \
   || { cat "$WORK/cosign-attest.log" >&2; die "cosign attest (SBOM) $IMAGE_REF@$DIGEST"; }
 step_end
@@ -144,7 +151,7 @@ TGZ=$OUT/captcha-solver-$VERSION.tgz
   || { cat "$WORK/helm-push.log" >&2; die "helm push oci://$REGISTRY/charts"; }
 CHART_DIGEST=$(awk '/^Digest:/ {print $2}' "$WORK/helm-push.log")
 [ -n "$CHART_DIGEST" ] || die "helm push printed no digest"
-cosign sign --key "$KEYS/cosign.key" --tlog-upload=false "${cosign_plain[@]}" "$CHART_REPO@$CHART_DIGEST" \
+env "${cosign_env[@]}" cosign sign --key "$KEYS/cosign.key" --tlog-upload=false "${cosign_plain[@]}" "$CHART_REPO@$CHART_DIGEST" \
   >"$WORK/cosign-sign-chart.log" 2>&1 || { cat "$WORK/cosign-sign-chart.log" >&2; die "cosign sign $CHART_REPO@$CHART_DIGEST"; }
 # Artifact Hub's repository metadata, where it looks for it (https://artifacthub.io/docs/topics/repositories/)
 (cd "$ROOT" && oras push "${oras_plain[@]}" "$CHART_REPO:artifacthub.io" \
@@ -154,12 +161,13 @@ cosign sign --key "$KEYS/cosign.key" --tlog-upload=false "${cosign_plain[@]}" "$
 step_end
 
 # ---- summary -----------------------------------------------------------------------------------------------
-IMAGE_COMPRESSED=$(REG="$REGISTRY" PLAIN="$PLAIN" "$PY" - "$IMAGE_REPO" "$DIGEST" <<'EOF'
-import json, os, sys, urllib.request
+IMAGE_COMPRESSED=$(REG="$REGISTRY" PLAIN="$PLAIN" CA="$CA" "$PY" - "$IMAGE_REPO" "$DIGEST" <<'EOF'
+import json, os, ssl, sys, urllib.request
 scheme = "http" if os.environ["PLAIN"] == "1" else "https"
+ctx = ssl.create_default_context(cafile=os.environ["CA"] or None)
 req = urllib.request.Request(f"{scheme}://{os.environ['REG']}/v2/{sys.argv[1]}/manifests/{sys.argv[2]}",
                              headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
-m = json.load(urllib.request.urlopen(req, timeout=30))
+m = json.load(urllib.request.urlopen(req, timeout=30, context=ctx))
 print(m["config"]["size"] + sum(layer["size"] for layer in m["layers"]))
 EOF
 )

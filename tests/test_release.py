@@ -1,4 +1,5 @@
-"""`make release` against a real OCI registry (CNCF distribution's `registry`, on 127.0.0.1, temporary storage):
+"""`make release` against a real OCI registry (CNCF distribution's `registry`, on 127.0.0.1 over HTTPS with a CA
+of the test's own, temporary storage), with signing keys made as docs/operations.md tells a releaser to:
 what a user runs to verify the release succeeds (`helm pull --verify`, `cosign verify`, `cosign
 verify-attestation`), and a chart or image that is not the one released is refused with a clear message.
 
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import tarfile
 import urllib.request
@@ -29,6 +31,7 @@ from captcha_worker.localredis import free_port, stop_process, wait_port
 from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.release, pytest.mark.timeout(1800)]
+COSIGN_PASSWORD = "release-test-password"  # a throwaway key's
 BIN = ROOT / ".tools" / "bin"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
@@ -58,11 +61,16 @@ class Release:
     def cosign_pub(self) -> Path:
         return self.out / "keys" / "cosign.pub"
 
+    @property
+    def ca(self) -> Path:
+        return self.tmp / "ca.pem"
+
     def api(self, method: str, path: str, body: bytes | None = None,
             headers: dict[str, str] | None = None) -> tuple[bytes, dict[str, str]]:
-        req = urllib.request.Request(f"http://{self.registry}/v2/{path}", data=body, method=method,
+        req = urllib.request.Request(f"https://{self.registry}/v2/{path}", data=body, method=method,
                                      headers=headers or {})
-        with urllib.request.urlopen(req, timeout=30) as r:
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
             return r.read(), dict(r.headers)
 
     def manifest(self, repo: str, ref: str) -> tuple[dict[str, Any], str]:
@@ -70,11 +78,30 @@ class Release:
         return json.loads(body), headers["Docker-Content-Digest"]
 
     def cosign(self, *args: str | Path, check: bool = False) -> subprocess.CompletedProcess[str]:
-        return _run(BIN / "cosign", *args, "--allow-insecure-registry", "--allow-http-registry",
-                    env=self.env, check=check)
+        return _run(BIN / "cosign", *args, env=self.env, check=check)
 
     def helm(self, helm: str, *args: str | Path, check: bool = False) -> subprocess.CompletedProcess[str]:
         return _run(BIN / helm, *args, env=self.env, check=check)
+
+
+def _release_keys(keys: Path, password: str) -> Path:
+    """RELEASE_KEYS=DIR as docs/operations.md describes it: an OpenPGP key exported for Helm, a cosign key pair
+    (password-protected) and the OpenPGP key's name."""
+    keys.mkdir(mode=0o700)
+    gnupg = keys.parent / "gnupg"
+    gnupg.mkdir(mode=0o700)
+    name = "captcha-solver release (test key)"
+    g = ("gpg", "--homedir", gnupg, "--batch", "--quiet")
+    _run(*g, "--passphrase", "", "--quick-gen-key", f"{name} <release-test@captcha-solver.invalid>", "rsa3072",
+         "sign", "never")
+    (keys / "secring.gpg").write_bytes(subprocess.run([*map(str, g), "--export-secret-keys"], capture_output=True,
+                                                      check=True, timeout=60).stdout)
+    (keys / "pubring.gpg").write_bytes(subprocess.run([*map(str, g), "--export"], capture_output=True, check=True,
+                                                      timeout=60).stdout)
+    (keys / "gpg-key-name").write_text(name + "\n")
+    subprocess.run([str(BIN / "cosign"), "generate-key-pair"], cwd=keys, check=True, capture_output=True,
+                   env={**os.environ, "COSIGN_PASSWORD": password}, timeout=60)
+    return keys
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +113,14 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
         pytest.skip(f"release tools missing (scripts/install-tools.sh --only release): {missing.stdout.strip()}")
     tmp = tmp_path_factory.mktemp("release")
     port = free_port()
+    _run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", tmp / "registry.key", "-out", tmp / "ca.pem")
     (tmp / "registry.yml").write_text(yaml.safe_dump({
         "version": 0.1, "log": {"level": "warn", "accesslog": {"disabled": True}},
         "storage": {"filesystem": {"rootdirectory": str(tmp / "storage")}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}"}}))
+        "http": {"addr": f"127.0.0.1:{port}",
+                 "tls": {"certificate": str(tmp / "ca.pem"), "key": str(tmp / "registry.key")}}}))
     log = open(tmp / "registry.log", "wb")
     proc = subprocess.Popen([str(BIN / "registry"), "serve", str(tmp / "registry.yml")], stdout=log,
                             stderr=subprocess.STDOUT)
@@ -97,12 +128,15 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     try:
         wait_port(port)
         registry, out = f"127.0.0.1:{port}", tmp / "out"
-        p = _run("make", "release", f"REGISTRY={registry}", env={"RELEASE_KEYS": "generate",
-                                                                "RELEASE_OUT": str(out)}, timeout=1500)
+        keys = _release_keys(tmp / "keys", COSIGN_PASSWORD)
+        p = _run("make", "release", f"REGISTRY={registry}", env={
+            "RELEASE_KEYS": str(keys), "COSIGN_PASSWORD": COSIGN_PASSWORD, "RELEASE_OUT": str(out),
+            "RELEASE_PLAIN_HTTP": "0", "RELEASE_CA_FILE": str(tmp / "ca.pem")}, timeout=1500)
         print(p.stderr[-3000:])
+        assert COSIGN_PASSWORD not in p.stdout + p.stderr
         env = {"HELM_CACHE_HOME": str(tmp / "helm/cache"), "HELM_CONFIG_HOME": str(tmp / "helm/config"),
                "HELM_DATA_HOME": str(tmp / "helm/data"), "DOCKER_CONFIG": str(tmp / "docker"),
-               "COSIGN_YES": "true", "COSIGN_PASSWORD": ""}
+               "COSIGN_YES": "true", "COSIGN_PASSWORD": "", "SSL_CERT_FILE": str(tmp / "ca.pem")}
         yield Release(registry, out, json.loads((out / "release.json").read_text()), tmp, env)
     finally:
         stop_process(proc)
@@ -112,7 +146,7 @@ def _pull(release: Release, helm: str, repo: str, dest: Path) -> subprocess.Comp
     dest.mkdir(parents=True, exist_ok=True)
     return release.helm(helm, "pull", f"oci://{release.registry}/{repo}", "--version",
                         release.info["chart_version"], "--verify", "--keyring", release.pubring,
-                        "--plain-http", "--destination", dest)
+                        "--ca-file", release.ca, "--destination", dest)
 
 
 def _values(tgz: Path) -> dict[str, Any]:
@@ -205,7 +239,8 @@ def test_a_tampered_chart_is_refused(release: Release) -> None:
     assert p.returncode != 0
     assert "sha256 sum does not match" in p.stderr, p.stderr
     # pushed to the registry with the released .prov (helm push sends both): pull --verify refuses it
-    push = release.helm("helm3", "push", tgz, f"oci://{release.registry}/tampered", "--plain-http", check=True)
+    push = release.helm("helm3", "push", tgz, f"oci://{release.registry}/tampered", "--ca-file", release.ca,
+                        check=True)
     assert "Digest:" in push.stdout + push.stderr
     for helm in ("helm3", "helm4"):
         p = _pull(release, helm, "tampered/captcha-solver", release.tmp / f"pulled-tampered-{helm}")
@@ -247,8 +282,7 @@ def test_an_unsigned_or_foreign_signed_image_is_refused(release: Release) -> Non
 
 
 def test_the_verify_commands_of_the_operations_guide_pass(release: Release) -> None:
-    """docs/operations.md's release-verify block, run as written; helm and cosign are wrappers that add only the
-    plain-HTTP flags this 127.0.0.1 registry needs (--plain-http; --allow-http-registry --allow-insecure-registry)."""
+    """docs/operations.md's release-verify block, run as written (SSL_CERT_FILE: the test registry's CA)."""
     text = (ROOT / "docs" / "operations.md").read_text()
     block = text.split("<!-- release-verify:begin", 1)[1].split("<!-- release-verify:end -->", 1)[0]
     script = block.split("```sh\n", 1)[1].split("```", 1)[0]
@@ -256,19 +290,11 @@ def test_the_verify_commands_of_the_operations_guide_pass(release: Release) -> N
     assert re.fullmatch(r"REGISTRY=registry\.example\.com VERSION=\d+\.\d+\.\d+", first), first
     script = f"REGISTRY={release.registry} VERSION={release.info['chart_version']}\n{rest}"
     work = release.tmp / "doc"
-    (work / "bin").mkdir(parents=True)
+    work.mkdir()
     shutil.copy(release.pubring, work)
     shutil.copy(release.cosign_pub, work)
-    (work / "bin" / "helm").write_text(
-        f'#!/bin/sh\ncase "$1" in pull|install|push) exec {BIN}/helm3 "$@" --plain-http ;; esac\n'
-        f'exec {BIN}/helm3 "$@"\n')
-    (work / "bin" / "cosign").write_text(
-        f'#!/bin/sh\nexec {BIN}/cosign "$@" --allow-http-registry --allow-insecure-registry\n')
-    for f in ("helm", "cosign"):
-        (work / "bin" / f).chmod(0o755)
     p = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=work, capture_output=True, text=True,
-                       timeout=300, check=False,
-                       env={**os.environ, **release.env, "PATH": f"{work / 'bin'}:{os.environ['PATH']}"})
+                       timeout=300, check=False, env={**os.environ, **release.env})
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Signed by: captcha-solver release" in p.stdout + p.stderr
     statement = json.loads(base64.b64decode(json.loads((work / "sbom-attestation.json").read_text())["payload"]))
