@@ -46,6 +46,7 @@ TIERS: dict[str, str] = {
     "tests/test_shares.py": FAST,
     "tests/test_shares_flood.py": INTEGRATION,  # a gateway, two workers, a flood and a kill (~50 s)
     "tests/test_simulator.py": FAST,
+    "tests/test_providers_config.py": FAST,
     "tests/test_spend.py": FAST,
     "tests/test_simulator_jsonapi.py": FAST,
     "tests/test_simulator_protocol.py": FAST,

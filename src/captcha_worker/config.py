@@ -8,11 +8,13 @@ prints it on one line and exits with status 2.  Secrets (the API key, the Redis 
 from __future__ import annotations
 
 import enum
+import json
 import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from urllib.parse import urlsplit
 
 DEFAULT_API_URL = "https://ocr.captchaai.com"
@@ -331,6 +333,7 @@ class WorkerConfig:
     pingback_url: str | None = None  # PINGBACK_URL: the receiver's external base URL (None: polling only)
     pingback_host: str = "0.0.0.0"  # noqa: S104 - CaptchaAI calls in from outside (through the Service/Ingress)
     pingback_port: int = 8090
+    providers: ProvidersConfig | None = None  # PROVIDERS: per-solve overflow providers and the spend cap (None: off)
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> WorkerConfig:
@@ -382,6 +385,7 @@ class WorkerConfig:
             pingback_url=pingback_url(e),
             pingback_host=e.text("PINGBACK_HOST", "0.0.0.0"),  # noqa: S104
             pingback_port=e.integer("PINGBACK_PORT", 8090, minimum=0, maximum=65535),
+            providers=providers_from_env(env),
         )
 
 
@@ -438,3 +442,158 @@ def pingback_url(e: _Env) -> str | None:
         raise ConfigError(f"PINGBACK_URL must be an http(s) base URL without credentials, query or fragment "
                           f"(the receiver's address as CaptchaAI reaches it), got {redact_url(url)[:100]!r}")
     return url
+
+
+# ---- PROVIDERS: per-solve overflow providers and the spend cap (issue 27) ----------------------------------------
+
+PROVIDER_PROTOCOLS = ("res.php", "createTask")
+_PROVIDER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,31}$")
+_KIND_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,39}$")
+_PROVIDER_FIELDS = frozenset({"name", "protocol", "url", "key", "key_file", "kinds", "price_per_1000",
+                              "concurrency", "refund_unsolvable"})
+_MAX_PROVIDERS = 32
+_MAX_PRICE_PER_1000 = Decimal(1_000_000)
+_MICRO = 1_000_000
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """A pay-per-solve provider. Prices are micro-units (millionths of the currency) per solve."""
+
+    name: str
+    protocol: str  # "res.php" (2captcha, rucaptcha: in.php/res.php) or "createTask" (the JSON API)
+    url: str
+    key: Secret
+    key_file: str | None
+    kinds: tuple[str, ...]
+    prices: tuple[tuple[str, int], ...]  # (kind, micro per solve) for every kind
+    concurrency: int = 10
+    refund_unsolvable: bool = True  # UNSOLVABLE is refunded by the provider (settled at 0)
+
+    def price_micro(self, kind: str) -> int:
+        """The price of one solve of `kind` in micro-units (KeyError: not one of its kinds)."""
+        return dict(self.prices)[kind]
+
+
+@dataclass(frozen=True)
+class ProvidersConfig:
+    """``PROVIDERS``: the overflow providers and the spend cap (micro-units per hour and per day)."""
+
+    providers: tuple[ProviderConfig, ...]
+    cap_hour_micro: int
+    cap_day_micro: int
+
+    def for_kind(self, kind: str) -> ProviderConfig | None:
+        """The first provider (in the configured order) that lists `kind`."""
+        return next((p for p in self.providers if kind in p.kinds), None)
+
+
+def _json_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def providers_from_env(env: Mapping[str, str]) -> ProvidersConfig | None:
+    """``PROVIDERS`` (JSON, see docs/operations.md "Cost and overflow"); None when unset or empty: overflow off.
+    Every error is one line naming the field; no error quotes a key."""
+    text = _Env(env).raw("PROVIDERS")
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text, parse_float=Decimal, parse_constant=_json_constant)
+    except (ValueError, RecursionError) as exc:
+        reason = f"line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "bad value"
+        raise ConfigError(f"PROVIDERS is not valid JSON ({reason})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError("PROVIDERS must be a JSON object with \"providers\" and \"cap\"")
+    _no_stray(doc, {"providers", "cap"}, "PROVIDERS")
+    items = doc.get("providers")
+    if not isinstance(items, list) or not items or len(items) > _MAX_PROVIDERS:
+        raise ConfigError(f"PROVIDERS.providers must be a list of 1-{_MAX_PROVIDERS} providers")
+    providers = tuple(_provider(item, i) for i, item in enumerate(items))
+    names = [p.name for p in providers]
+    if len(set(names)) != len(names):
+        raise ConfigError("PROVIDERS.providers: every name must be different")
+    cap = doc.get("cap")
+    if not isinstance(cap, dict):
+        raise ConfigError("PROVIDERS.cap is required: {\"hour\": <money>, \"day\": <money>} (the spend cap)")
+    _no_stray(cap, {"hour", "day"}, "PROVIDERS.cap")
+    return ProvidersConfig(providers, _money(cap.get("hour"), "PROVIDERS.cap.hour", _MICRO),
+                           _money(cap.get("day"), "PROVIDERS.cap.day", _MICRO))
+
+
+def _no_stray(obj: dict[str, object], allowed: set[str] | frozenset[str], where: str) -> None:
+    stray = sorted(str(k) for k in obj if k not in allowed)
+    if stray:
+        raise ConfigError(f"{where} has an unknown field {stray[0][:40]!r} (known: {', '.join(sorted(allowed))})")
+
+
+def _money(value: object, where: str, per_unit: int, *, maximum: Decimal | None = None) -> int:
+    """`value` (a JSON number of money) times `per_unit`, as a whole number of micro-units."""
+    if isinstance(value, bool) or not isinstance(value, int | Decimal):
+        raise ConfigError(f"{where} must be a number, got {type(value).__name__ if value is not None else 'nothing'}")
+    d = Decimal(value)
+    if not d.is_finite() or d < 0 or (maximum is not None and d > maximum):
+        bound = ">= 0" if maximum is None else f"between 0 and {maximum}"
+        raise ConfigError(f"{where} must be {bound}, got {str(d)[:40]}")
+    micro = d * per_unit
+    if micro != micro.to_integral_value():
+        raise ConfigError(f"{where} is finer than whole millionths per solve, got {str(d)[:40]}")
+    return int(micro)
+
+
+def _provider(item: object, i: int) -> ProviderConfig:
+    at = f"PROVIDERS.providers[{i}]"
+    if not isinstance(item, dict):
+        raise ConfigError(f"{at} must be an object")
+    _no_stray(item, _PROVIDER_FIELDS, at)
+    name = item.get("name")
+    if not isinstance(name, str) or not _PROVIDER_NAME_RE.match(name) or name == "captchaai":
+        raise ConfigError(f"{at}.name must be 1-32 lowercase letters, digits, '_' or '-' (not captchaai)")
+    at = f"PROVIDERS.providers[{i}] ({name})"
+    protocol = item.get("protocol")
+    if protocol not in PROVIDER_PROTOCOLS:
+        raise ConfigError(f"{at}.protocol must be \"res.php\" or \"createTask\"")
+    url = item.get("url")
+    parts = urlsplit(url) if isinstance(url, str) and len(url) <= 512 else None
+    if parts is None or parts.scheme not in {"http", "https"} or not parts.hostname or parts.query \
+            or parts.fragment or parts.username is not None:
+        raise ConfigError(f"{at}.url must be an http(s) base URL without credentials, query or fragment")
+    key, key_file = _provider_key(item, at)
+    kinds = item.get("kinds")
+    if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) and _KIND_NAME_RE.match(k)
+                                                          for k in kinds) or len(set(kinds)) != len(kinds):
+        raise ConfigError(f"{at}.kinds must be a list of different kind names (e.g. [\"turnstile\"])")
+    prices = item.get("price_per_1000")
+    if not isinstance(prices, dict) or set(prices) != set(kinds):
+        raise ConfigError(f"{at}.price_per_1000 must give a price for exactly its kinds ({', '.join(kinds)})")
+    price_micro = tuple((k, _money(prices[k], f"{at}.price_per_1000.{k}", _MICRO // 1000,
+                                   maximum=_MAX_PRICE_PER_1000)) for k in kinds)
+    concurrency = item.get("concurrency", 10)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 1000:
+        raise ConfigError(f"{at}.concurrency must be an integer between 1 and 1000")
+    refund = item.get("refund_unsolvable", True)
+    if not isinstance(refund, bool):
+        raise ConfigError(f"{at}.refund_unsolvable must be true or false")
+    return ProviderConfig(name, str(protocol), str(url).rstrip("/"), Secret(key), key_file, tuple(kinds),
+                          price_micro, concurrency, refund)
+
+
+def _provider_key(item: dict[str, object], at: str) -> tuple[str, str | None]:
+    key, path = item.get("key"), item.get("key_file")
+    if (key is None) == (path is None):
+        raise ConfigError(f"{at} needs exactly one of key and key_file")
+    if path is not None:
+        if not isinstance(path, str) or not path:
+            raise ConfigError(f"{at}.key_file must be a file path")
+        try:
+            with open(path, "rb") as f:
+                data = f.read(_KEY_FILE_MAX_BYTES + 1)
+            key = data.decode("utf-8").strip() if len(data) <= _KEY_FILE_MAX_BYTES else None
+        except FileNotFoundError:
+            raise ConfigError(f"{at}.key_file points to a missing file: {path[:200]}") from None
+        except (OSError, UnicodeDecodeError):
+            raise ConfigError(f"{at}.key_file cannot be read as UTF-8 text: {path[:200]}") from None
+    if not isinstance(key, str) or not key or len(key) > 256 or any(c.isspace() or not c.isprintable() for c in key):
+        raise ConfigError(f"{at}.key{'_file' if path is not None else ''} must hold the provider's API key "
+                          "(1-256 printable characters, no spaces)")
+    return key, path if isinstance(path, str) else None
