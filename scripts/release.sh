@@ -37,6 +37,10 @@ REGISTRY=${REGISTRY:-}
 KEYS=${RELEASE_KEYS:-}
 [ -n "$KEYS" ] || die "set RELEASE_KEYS=DIR (your signing keys) or RELEASE_KEYS=generate (throwaway keys, for tests)"
 OUT=${RELEASE_OUT:-$ROOT/.tools/release/out}
+# OUT is emptied first: only a directory this script made (release.json or work/ in it), or an empty one
+if [ -d "$OUT" ] && [ -n "$(ls -A "$OUT")" ] && [ ! -e "$OUT/release.json" ] && [ ! -d "$OUT/work" ]; then
+  die "RELEASE_OUT=$OUT is not empty and not a previous release's output: it would be emptied; name another"
+fi
 case $REGISTRY in 127.0.0.1|127.0.0.1:*|localhost|localhost:*|\[::1\]*) plain_default=1 ;; *) plain_default=0 ;; esac
 PLAIN=${RELEASE_PLAIN_HTTP:-$plain_default}
 [ "$(id -u)" = 0 ] || die "buildah builds the image as root here (chroot isolation, vfs storage): run as root"

@@ -168,3 +168,14 @@ def test_release_refuses_without_registry_or_keys(env: dict[str, str], message: 
     assert p.returncode == 1
     assert p.stderr.startswith(message), p.stderr
     assert len(p.stderr.splitlines()) == 1
+
+
+def test_release_refuses_to_empty_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep")
+    p = subprocess.run(["scripts/release.sh"], capture_output=True, text=True, cwd=ROOT, timeout=30, check=False,
+                       env={"PATH": "/usr/bin:/bin", "REGISTRY": "127.0.0.1:5000", "RELEASE_KEYS": "generate",
+                            "RELEASE_OUT": str(tmp_path)})
+    assert p.returncode == 1
+    assert p.stderr == (f"release: FAILED: RELEASE_OUT={tmp_path} is not empty and not a previous release's "
+                        "output: it would be emptied; name another\n")
+    assert (tmp_path / "precious.txt").read_text() == "keep"
