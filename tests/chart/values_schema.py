@@ -25,6 +25,14 @@ PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
 STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 FREE_OBJECT = {"type": "object"}
 OBJECT_LIST = {"type": "array", "items": {"type": "object"}}
+#: an Ingress's hosts: each a host and its paths (path, pathType)
+INGRESS_HOSTS: dict[str, Any] = {"type": "array", "items": {"type": "object", "properties": {
+    "host": {"type": "string", "minLength": 1},
+    "paths": {"type": "array", "items": {"type": "object", "properties": {
+        "path": {"type": "string", "minLength": 1},
+        "pathType": {"type": "string", "enum": ["Prefix", "Exact", "ImplementationSpecific"]}},
+        "required": ["path", "pathType"], "additionalProperties": False}}},
+    "required": ["host", "paths"], "additionalProperties": False}}
 DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"}
 PROM_DURATION = {"type": "string", "pattern": r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$"}  # a Prometheus rule's `for`
 SEVERITY = {"type": "string", "minLength": 1}
@@ -232,13 +240,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "gateway.service.port": PORT,
     "gateway.service.annotations": STRING_MAP,
     "gateway.ingress.annotations": STRING_MAP,
-    "gateway.ingress.hosts": {"type": "array", "items": {"type": "object", "properties": {
-        "host": {"type": "string", "minLength": 1},
-        "paths": {"type": "array", "items": {"type": "object", "properties": {
-            "path": {"type": "string", "minLength": 1},
-            "pathType": {"type": "string", "enum": ["Prefix", "Exact", "ImplementationSpecific"]}},
-            "required": ["path", "pathType"], "additionalProperties": False}}},
-        "required": ["host", "paths"], "additionalProperties": False}},
+    "gateway.ingress.hosts": INGRESS_HOSTS,
     "gateway.ingress.tls": OBJECT_LIST,
     "gateway.autoscaling.minReplicas": {"type": "integer", "minimum": 2},
     "gateway.autoscaling.maxReplicas": {"type": "integer", "minimum": 2},
@@ -259,13 +261,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "pingback.service.port": PORT,
     "pingback.service.annotations": STRING_MAP,
     "pingback.ingress.annotations": STRING_MAP,
-    "pingback.ingress.hosts": {"type": "array", "items": {"type": "object", "properties": {
-        "host": {"type": "string", "minLength": 1},
-        "paths": {"type": "array", "items": {"type": "object", "properties": {
-            "path": {"type": "string", "minLength": 1},
-            "pathType": {"type": "string", "enum": ["Prefix", "Exact", "ImplementationSpecific"]}},
-            "required": ["path", "pathType"], "additionalProperties": False}}},
-        "required": ["host", "paths"], "additionalProperties": False}},
+    "pingback.ingress.hosts": INGRESS_HOSTS,
     "pingback.ingress.tls": OBJECT_LIST,
     "pingback.from": OBJECT_LIST,
     "prometheusRule.alerts.planSaturated.utilisation": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
