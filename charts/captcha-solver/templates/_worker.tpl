@@ -178,7 +178,7 @@
 - name: captchaai-key
   secret:
     secretName: {{ include "captcha-solver.apiKeySecretName" . }}
-    defaultMode: 0440
+    defaultMode: 0444
     items:
       - key: {{ .Values.captchaai.existingSecretKey }}
         path: {{ .Values.captchaai.existingSecretKey }}
