@@ -33,6 +33,7 @@ TIERS: dict[str, str] = {
     "tests/test_methods.py": FAST,
     "tests/test_metrics.py": FAST,
     "tests/test_observability.py": INTEGRATION,  # Prometheus scraping workers
+    "tests/test_overflow.py": FAST,  # the simulator process as a provider (~10 s)
     "tests/test_pingback.py": FAST,
     "tests/test_pingback_processes.py": FAST,
     "tests/test_planner.py": FAST,  # but for MIXED's 90 s run

@@ -74,6 +74,8 @@ def kind_label(kind: str | None) -> str:
 
 TASKS = Counter(f"{PREFIX}tasks_total", "Tasks finished by this worker, by kind and outcome.",
                 ["method", "outcome"])
+COST = Counter(f"{PREFIX}cost_total", "Money charged by per-solve providers (the spend cap's settlements), in the "
+               "currency of their prices.", ["provider", "kind"])
 SOLVE_DURATION = Histogram(f"{PREFIX}solve_duration_seconds",
                            "From the first in.php call to the answer, for solved tasks.", ["method"],
                            buckets=SOLVE_BUCKETS)
