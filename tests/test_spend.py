@@ -170,3 +170,86 @@ async def test_killed_workers_reservation_expires_into_one_charge(redis: Redis, 
     st = await s.state()
     assert (st.reserved, st.hour, st.day, st.totals) == (0, 0, 0, {LABEL: 0})
     assert (await s.settle("killed", 0)).outcome == "settled_already"
+
+
+_RESERVER = """
+import asyncio, random, sys
+from redis.asyncio import Redis
+from captcha_worker.spend import Cap, Spend
+async def main():
+    r = Redis.from_url(sys.argv[1], decode_responses=True)
+    s, name, rng = Spend(r, 'captcha'), sys.argv[2], random.Random(sys.argv[2])
+    cap = Cap(int(sys.argv[3]), 10**12)
+    for i in range(int(sys.argv[4])):
+        rid = f'{name}-{i}'
+        got = await s.reserve(rid, 1450, cap=cap, ttl_s=1.0, label='twocaptcha|turnstile')
+        if got.outcome == 'reserved':
+            if i == int(sys.argv[5]):  # the hook: hold this reservation until killed
+                print('R', rid, flush=True)
+                await asyncio.to_thread(sys.stdin.readline)
+            await asyncio.sleep(rng.random() * 0.02)  # the solve
+            cost = 0 if i % 3 == 0 else 1450
+            print('S', rid, (await s.settle(rid, cost)).charged, flush=True)
+        else:
+            print('X', rid, got.outcome, flush=True)
+            await asyncio.sleep(0.005)
+asyncio.run(main())
+"""
+
+
+async def test_reserver_processes_some_killed_keep_the_cap_and_an_exact_ledger(redis: Redis,
+                                                                               redis_server: RedisServer) -> None:
+    """4 processes reserving and settling (a third refunded) under a cap of 150 solves, 2 SIGKILLed holding one: the
+    window never passes the cap at any sample, and after the killed ones' reservations expire the window = the
+    ledger = the records' charges, every printed settlement is its record, every killed reservation one charge."""
+    cap = 150 * 1450
+    procs = [subprocess.Popen([sys.executable, "-c", _RESERVER, redis_server.url, f"p{i}", str(cap), "400",
+                               "10" if i < 2 else "-1"], env=cli_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                              stdin=subprocess.PIPE, text=True) for i in range(4)]
+    s = Spend(redis, Q)
+    samples: list[int] = []
+    lines: dict[int, list[str]] = {i: [] for i in range(4)}
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            samples.append((await s.state()).hour)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        for i in (0, 1):  # each killed while it holds its 11th reservation (it waits on stdin there)
+            out = procs[i].stdout
+            assert out is not None
+            while not (lines[i] and lines[i][-1].startswith("R ")):
+                lines[i].append(await asyncio.to_thread(out.readline))
+                assert lines[i][-1], "the reserver ended before its hook"
+            procs[i].send_signal(signal.SIGKILL)
+            procs[i].wait(10)
+        for i in (2, 3):
+            proc = procs[i]
+
+            def finish(proc: subprocess.Popen[str] = proc) -> str:
+                return proc.communicate("", 120)[0]
+
+            lines[i] = (await asyncio.to_thread(finish)).splitlines()
+            assert procs[i].returncode == 0
+    finally:
+        done.set()
+        await sampler
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    assert max(samples) <= cap, f"window passed the cap: {max(samples)} > {cap}"
+    deadline = time.monotonic() + 10
+    while (st := await s.state()).reserved and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)  # the killed ones' reservations expire (1 s, server time)
+    records = {k: v.split("|") for k, v in (await redis.hgetall(s.keys.rec)).items()}
+    assert st.reserved == 0 and all(r[0] in "SE" for r in records.values())
+    charged = sum(int(r[2]) for r in records.values())
+    assert st.hour == st.day == st.totals[LABEL] == charged <= cap
+    printed = [ln.split() for i in lines for ln in lines[i] if ln.startswith("S ")]
+    assert all(records[rid][0] == "S" and records[rid][2] == cost for _, rid, cost in printed)
+    expired = [r for r in records.values() if r[0] == "E"]
+    assert len(expired) == 2 and all(r[2] == r[1] == "1450" for r in expired), "each killed hold: one charge"
+    assert len(printed) > 150, "refunds reopened room"
