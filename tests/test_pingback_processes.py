@@ -155,7 +155,10 @@ async def test_callbacks_answer_solves_across_processes(stack: Stack) -> None:
     d = delta(counts(stack), before)
     assert d["via_pingback"] + d["via_poll"] == N
     assert d["sent"] == N and d["accepted"] + d["duplicate"] == N  # a callback after a poll answered: duplicate
-    assert d["accepted"] == d["via_pingback"]
+    # every solve a callback answered had its callback accepted; a callback can also be accepted for a solve whose
+    # fallback poll (in the tail of the solve time) fetched the answer while the callback was on its way (seen
+    # once: accepted 20, via_pingback 19, via_poll 1), so the accepted ones beyond via_pingback are at most via_poll
+    assert d["via_pingback"] <= d["accepted"] <= d["via_pingback"] + d["via_poll"]
     assert d["w1_via_pingback"] >= 1  # worker 1 has no callback of its own: woken through Redis
     assert all(s.solution for s in solved)
 

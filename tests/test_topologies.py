@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import KEY, run_cli
+from tests.helpers import KEY, free_port, run_cli
 from tests.procs import WorkerProc, simulator
 from tests.topology import Tls, cluster, sentinel
 
@@ -21,9 +21,16 @@ pytestmark = pytest.mark.integration
 TURNSTILE_ARGS = ["turnstile", "-p", "sitekey=0x4AAAAAAA", "-p", "pageurl=https://example.com/login"]
 
 
+class TopoEnv(dict[str, str]):
+    """The env the CLI needs (REDIS_* from the topology), and the topology's worker."""
+
+    worker: WorkerProc
+
+
 @pytest.fixture(scope="module", params=["sentinel-auth", "sentinel-tls", "cluster"])
-def topo_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A topology, a simulator and one worker; yields the env the CLI needs (REDIS_* from the topology)."""
+def topo_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TopoEnv]:
+    """A topology, a simulator and one worker in pingback mode (its receiver on 127.0.0.1, called by the
+    simulator): every solve here is woken through the topology's Redis."""
     base = tmp_path_factory.mktemp(request.param)
     if request.param == "sentinel-auth":
         ctx: Any = sentinel(base / "t", password="data-pw", sentinel_password="sentinel-pw")
@@ -33,9 +40,13 @@ def topo_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     else:
         ctx = cluster(base / "t")
     with ctx as topo, simulator(base, "--threads", "20", "--speed", "20", "--seed", "3") as sim:
-        env = {**topo.env(), "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "20",
-               "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20", "LEASE_SECONDS": "10"}
+        pingback_port = free_port()
+        env = TopoEnv({**topo.env(), "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "20",
+                       "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20", "LEASE_SECONDS": "10",
+                       "PINGBACK_URL": f"http://127.0.0.1:{pingback_port}", "PINGBACK_HOST": "127.0.0.1",
+                       "PINGBACK_PORT": str(pingback_port)})
         worker = WorkerProc("w", env, base)
+        env.worker = worker
         worker.start()
         try:
             yield env
@@ -45,14 +56,14 @@ def topo_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
                 worker.wait(20)
 
 
-def test_check_passes(topo_env: dict[str, str]) -> None:
+def test_check_passes(topo_env: TopoEnv) -> None:
     proc = run_cli("check", "--json", env=topo_env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["redis"]["ok"], checks["redis"]
 
 
-def test_submit_wait_stats(topo_env: dict[str, str]) -> None:
+def test_submit_wait_stats(topo_env: TopoEnv) -> None:
     proc = run_cli("submit", *TURNSTILE_ARGS, "--wait", "--timeout", "60", env=topo_env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["status"] == "solved"
@@ -68,7 +79,18 @@ def test_submit_wait_stats(topo_env: dict[str, str]) -> None:
     assert dead.returncode == 0, dead.stderr
 
 
-def test_secrets_stay_out_of_output(topo_env: dict[str, str]) -> None:
+def test_pingbacks_wake_solves_on_every_topology(topo_env: TopoEnv) -> None:
+    """The receiver's script declares every key it touches (the record and the owner's wake list), so a Cluster
+    routes it; the callback wakes the solve through the topology's Redis."""
+    accepted = topo_env.worker.metric("captcha_solver_pingbacks_total", outcome="accepted")
+    woken = topo_env.worker.metric("captcha_solver_pingback_solves_total", via="pingback")
+    proc = run_cli("submit", *TURNSTILE_ARGS, "--wait", "--timeout", "60", env=topo_env)
+    assert proc.returncode == 0, proc.stderr
+    assert topo_env.worker.metric("captcha_solver_pingbacks_total", outcome="accepted") == accepted + 1
+    assert topo_env.worker.metric("captcha_solver_pingback_solves_total", via="pingback") == woken + 1
+
+
+def test_secrets_stay_out_of_output(topo_env: TopoEnv) -> None:
     """A wrong master name is a readable error that names the sentinels, never a password."""
     if topo_env["REDIS_MODE"] != "sentinel":
         pytest.skip("sentinel only")

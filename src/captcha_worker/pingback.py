@@ -69,19 +69,20 @@ ENDED_TTL_MS: Final = 60_000
 WAKE_TTL_S: Final = 60
 WAKE_BATCH: Final = 256
 
-# KEYS[1] the record  ARGV: token hash, captcha id, code, user agent ("" = none), wake-list prefix, wake TTL (s),
-# handle
+# KEYS[1] the record, KEYS[2] the wake list of the worker the caller read from it  ARGV: token hash, captcha id,
+# code, user agent ("" = none), that worker, wake TTL (s), handle. 'moved': the record names another worker now
+# (read it again); every key the script touches is declared (Redis Cluster routes and checks by KEYS).
 _RECEIVE = """
 local rec = redis.call('HMGET', KEYS[1], 'h', 'w', 'c', 'a', 's')
 if not rec[1] then return 'unknown' end
 if rec[1] ~= ARGV[1] then return 'forbidden' end
 if rec[3] and rec[3] ~= ARGV[2] then return 'forbidden' end
 if rec[4] or rec[5] then return 'duplicate' end
+if rec[2] ~= ARGV[5] then return 'moved' end
 redis.call('HSET', KEYS[1], 'a', ARGV[3], 'i', ARGV[2])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'u', ARGV[4]) end
-local wake = ARGV[5] .. rec[2]
-redis.call('RPUSH', wake, ARGV[7])
-redis.call('EXPIRE', wake, tonumber(ARGV[6]))
+redis.call('RPUSH', KEYS[2], ARGV[7])
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
 return 'accepted'
 """
 
@@ -324,9 +325,7 @@ class Receiver:
                 or not _ID_RE.fullmatch(captcha_id) or not 0 < len(code) <= MAX_CODE_CHARS or len(ua) > 1024):
             return "invalid"
         try:
-            outcome = await self._receive(keys=[self.keys.record(handle)],
-                                          args=[token_hash(token), captcha_id, code, ua, self.keys.wake_prefix,
-                                                WAKE_TTL_S, handle])
+            outcome = await self._deliver(handle, [token_hash(token), captcha_id, code, ua])
         except Exception as exc:  # an outage, or anything else: the protocol's 503, never a traceback
             why = refusal(exc)
             if why is not None:
@@ -335,6 +334,23 @@ class Receiver:
                   reason=why.value if why is not None else None, hint="the solve is answered by its fallback polls")
             return "failed"
         return str(outcome)
+
+
+    async def _deliver(self, handle: str, args: list[str]) -> str:
+        """The receive script with the owning worker's wake list as a declared key: read the worker from the
+        record, then let the script check it is still the one (twice at most; the record is written once)."""
+        record = self.keys.record(handle)
+        for _ in range(2):
+            worker = await self._receive.redis.hget(record, "w")  # type: ignore[misc]
+            if worker is None:
+                return "unknown"
+            owner = worker.decode() if isinstance(worker, bytes) else str(worker)
+            outcome = await self._receive(keys=[record, self.keys.wake(owner)],
+                                          args=[*args, owner, WAKE_TTL_S, handle])
+            outcome = outcome.decode() if isinstance(outcome, bytes) else str(outcome)
+            if outcome != "moved":
+                return outcome
+        return "failed"
 
 
 async def _healthz(_: web.Request) -> web.Response:
