@@ -318,28 +318,40 @@ async def test_a_held_lower_limit_takes_effect_at_once_for_live_workers_then_exp
         redis: Redis, redis_server: Any, producer: CaptchaQueue) -> None:
     """`captcha-worker limit` (the chart's pre-upgrade hook) lowers the budget of workers that still enforce a
     higher limit: the solves running finish, none starts while the units in use reach the hold; when the hold
-    expires the workers' own limit applies again."""
-    speed = "4"  # turnstile ~3 s: long enough to watch the in-flight count fall
+    expires the workers' own limit applies again.
+
+    Watched in the budget itself: the units live when the hold landed, then samples of the live units. The CLI runs
+    while this event loop (the worker's too) is blocked, so no claim of this worker runs between the hold and the
+    first reading: every unit not in that reading was taken after the hold, and the promise is that one is taken
+    only while fewer than 2 are in use (so a sample that holds a new unit holds at most 2). Simulator submissions
+    would not tell: a task claimed just before the hold reaches in.php after it."""
+    speed = "4"  # turnstile ~3 s: long enough to watch the units fall
+    units_key = Keys("captcha").budget
+
+    async def live_units() -> set[str]:
+        sec, usec = await redis.time()
+        return {u.decode() if isinstance(u, bytes) else u
+                for u in await redis.zrangebyscore(units_key, sec + usec / 1e6, "+inf")}
+
     async with simulator(threads=10, speed=float(speed)) as sim, \
             worker(redis_server.url, sim, CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6", API_TIME_SCALE=speed):
         await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(60)])
         await _until(lambda: sim.stats().in_flight == 6, 15)
-        proc = await asyncio.to_thread(run_cli, "limit", "--threads", "2", "--hold", "5", "--holder", "rollout-t",
-                                       env={"REDIS_URL": redis_server.url, "CAPTCHAAI_KEY": KEY})
-        held_at, base = time.monotonic(), sim.stats()
+        proc = run_cli("limit", "--threads", "2", "--hold", "5", "--holder", "rollout-t",  # blocks the loop
+                       env={"REDIS_URL": redis_server.url, "CAPTCHAAI_KEY": KEY})
+        held_at, at_hold = time.monotonic(), await live_units()
         assert proc.returncode == 0, proc.stderr
         assert "effective limit 2" in proc.stdout and KEY not in proc.stdout + proc.stderr
-        samples = []
+        samples: list[tuple[int, int]] = []  # (live units, of them taken after the hold)
         while time.monotonic() - held_at < 4.5:
-            s = sim.stats()
-            samples.append((s.in_flight, s.submitted - base.submitted, s.solved + s.failed - base.solved - base.failed))
+            now = await live_units()
+            samples.append((len(now), len(now - at_hold)))
             await asyncio.sleep(0.05)
         await _until(lambda: sim.stats().in_flight == 6, 15)  # the hold expired: the workers' 6 again
         expiry, (sec, usec) = await redis.zscore(Keys("captcha").limits, "2:rollout-t"), await redis.time()
-    # no submission until the solves running above the hold of 2 finished (units in use below 2)
-    over = base.in_flight - 2
-    assert over > 0 and all(submitted <= max(0, finished - over) for _, submitted, finished in samples), samples
-    assert min(i for i, _, _ in samples) <= 2, samples
+    assert len(at_hold) > 2, at_hold
+    assert all(live <= 2 for live, new in samples if new), samples  # a unit taken after the hold: fewer than 2 in use
+    assert min(live for live, _ in samples) <= 2 and any(new for _, new in samples), samples
     assert expiry is None or expiry <= sec + usec / 1e6, "expired (the next heartbeat drops it)"
 
 
