@@ -77,7 +77,10 @@ def _key_shapes() -> dict[str, str]:
     shapes = {name: getattr(keys, name) for name in ("pending", "processing", "leases", "orphans", "dead", "budget",
                                                      "limits", "workers", "reports", "tenants")}
     shapes |= {"task": keys.task("<id>"), "result": keys.result("<id>"), "reply": keys.reply("<producer>"),
-               "callback": keys.callback("<id>"), "waiting": keys.waiting("<tenant>")}
+               "callback": keys.callback("<id>"), "waiting": keys.waiting("<tenant>"),
+               "pingback": keys.pingback("<handle>"), "pingback_wake": keys.pingback_wake("<w>")}
+    shapes |= {name: getattr(keys, name) for name in ("spend_records", "spend_expiries", "spend_windows",
+                                                     "spend_totals")}
     public = {n for n, v in vars(Keys).items() if isinstance(v, property | type(Keys.task)) and not n.startswith("_")}
     unlisted = {"own", "queue", "task_prefix", "result_prefix", "waiting_prefix"}
     assert public - unlisted == set(shapes), "a key of Keys is not listed here"

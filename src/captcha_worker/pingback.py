@@ -58,6 +58,7 @@ from captcha_worker import metrics
 from captcha_worker.connection import Client, SlotScript, refusal
 from captcha_worker.log import event
 from captcha_worker.methods import Answer
+from captcha_worker.queue import Keys
 
 log = logging.getLogger("captcha_worker.pingback")
 
@@ -127,17 +128,15 @@ def token_hash(token: str) -> str:
 
 @dataclass(frozen=True)
 class PingbackKeys:
+    """Pingback mode's keys, as ``queue.Keys`` names them."""
+
     queue: str
 
     def record(self, handle: str) -> str:
-        return f"{{{self.queue}}}:pingback:{handle}"
-
-    @property
-    def wake_prefix(self) -> str:
-        return f"{{{self.queue}}}:pingback-wake:"
+        return Keys(self.queue).pingback(handle)
 
     def wake(self, worker: str) -> str:
-        return self.wake_prefix + worker
+        return Keys(self.queue).pingback_wake(worker)
 
 
 @dataclass(eq=False)

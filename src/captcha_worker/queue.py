@@ -57,6 +57,15 @@ key                        type    meaning
 ``{q}:workers``            zset    worker id -> last heartbeat (server time).
 ``{q}:reports``            list    ``report_bad`` / ``report_good`` requests (JSON ``{id, captcha_id,
                                    verdict}``) a worker sends to CaptchaAI. Capped.
+``{q}:pingback:<handle>``  hash    Pingback mode (``pingback``): ``h`` the token's SHA-256 (never the token),
+                                   ``w`` the owning worker, ``c`` the captcha id, the callback's answer
+                                   (``a``, ``u``, ``i``) until the solve takes it; TTL the solve's window,
+                                   60 s once it ended.
+``{q}:pingback-wake:<w>``  list    Handles of worker ``<w>``'s solves whose callback came; TTL 60 s.
+``{q}:spend:rec``          hash    The spend cap (``spend``): reservation id -> state, amount, charge, window.
+``{q}:spend:exp``          zset    Reservation id -> when it expires (charged as reserved) or is forgotten.
+``{q}:spend:win``          hash    ``h:<hour>`` / ``d:<day>`` -> micro-units charged + reserved in the window.
+``{q}:spend:total``        hash    The ledger: ``<provider>|<kind>`` -> micro-units charged.
 ``COMPAT_QUEUE_LIST``      list    Optional (off by default): a list seed-guide producers RPUSH raw tasks to
                                    (``captcha:queue``). CLAIM takes from it when pending is empty. Not under
                                    the hash tag unless named so: fine on standalone/Sentinel, CROSSSLOT on
@@ -763,6 +772,30 @@ class Keys:
 
     def waiting(self, tenant: str) -> str:
         return self.waiting_prefix + tenant
+
+    def pingback(self, handle: str) -> str:
+        """A pingback record (``pingback.Hub``): token hash, owner, and the callback's answer until taken."""
+        return self._k(f"pingback:{handle}")
+
+    def pingback_wake(self, worker: str) -> str:
+        """Handles of a worker's solves whose callback came (``pingback.Receiver`` pushes, the worker pops)."""
+        return self._k(f"pingback-wake:{worker}")
+
+    @property
+    def spend_records(self) -> str:
+        return self._k("spend:rec")
+
+    @property
+    def spend_expiries(self) -> str:
+        return self._k("spend:exp")
+
+    @property
+    def spend_windows(self) -> str:
+        return self._k("spend:win")
+
+    @property
+    def spend_totals(self) -> str:
+        return self._k("spend:total")
 
     def own(self, name: str) -> bool:
         """Whether a key name is one of this queue's own keys (under its hash tag)."""

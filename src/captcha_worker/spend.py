@@ -58,6 +58,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, cast
 
 from captcha_worker.connection import Client, SlotScript
+from captcha_worker.queue import Keys
 
 MICRO = 1_000_000
 HOUR_S, DAY_S = 3600, 86400
@@ -249,8 +250,8 @@ class SpendKeys:
 
     @classmethod
     def of(cls, queue: str) -> SpendKeys:
-        p = f"{{{queue}}}:spend:"
-        return cls(p + "rec", p + "exp", p + "win", p + "total")
+        k = Keys(queue)
+        return cls(k.spend_records, k.spend_expiries, k.spend_windows, k.spend_totals)
 
     def all(self) -> list[str]:
         return [self.rec, self.exp, self.win, self.total]
