@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
+from captcha_worker.cli import run_command
 from captcha_worker.queue import Keys
 from tests.helpers import KEY, ROOT, cli_env, free_port, run_cli
 
@@ -274,3 +277,23 @@ def test_limit_without_redis_exits_1_in_one_line_without_the_password() -> None:
                    env={"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "REDIS_PASSWORD": "s3cret-pass"})
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "no limit registered" in proc.stderr and "s3cret-pass" not in proc.stderr + proc.stdout
+
+
+def test_ctrl_c_stops_a_command_that_loses_the_first_cancel() -> None:
+    """redis-py can swallow a CancelledError that lands while it connects or reads a reply: `wait` then went on
+    until its own timeout. run_command cancels again until the command stops, then raises KeyboardInterrupt."""
+    reached: list[str] = []
+
+    async def stubborn() -> int:
+        asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGINT)
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            reached.append("lost the cancel")  # as redis-py may: carry on
+        await asyncio.sleep(5)
+        reached.append("ran on after Ctrl-C")
+        return 0
+
+    with pytest.raises(KeyboardInterrupt):
+        run_command(stubborn())
+    assert reached == ["lost the cancel"]

@@ -14,9 +14,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from captcha_worker import __version__, demo, gateway, log, planner, simulator, watch
 from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy
@@ -42,6 +42,42 @@ from captcha_worker.task import payload_view
 from captcha_worker.worker import open_worker
 
 EXIT_OK, EXIT_FAIL, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+T = TypeVar("T")
+#: while interrupted, how often the command is cancelled again (redis-py can lose a cancel that lands while it
+#: connects or reads a reply: `wait` then went on until its own timeout)
+RECANCEL_S = 0.1
+
+
+def run_command(main: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run for a short command: Ctrl-C (SIGINT) cancels it, and cancels it again every RECANCEL_S until it
+    stops; then KeyboardInterrupt (main() exits 130, nothing on stderr)."""
+    return asyncio.run(_interruptible(main))
+
+
+async def _interruptible(main: Coroutine[Any, Any, T]) -> T:
+    task = asyncio.ensure_future(main)
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+
+    def interrupt() -> None:
+        interrupted.set()
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, interrupt)
+    waiter = asyncio.ensure_future(interrupted.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        while not task.done():  # interrupted
+            task.cancel()
+            await asyncio.wait({task}, timeout=RECANCEL_S)
+    finally:
+        waiter.cancel()
+        loop.remove_signal_handler(signal.SIGINT)
+    if interrupted.is_set():
+        if not task.cancelled():
+            task.exception()  # retrieved: an error while stopping is not reported over the interrupt
+        raise KeyboardInterrupt
+    return task.result()
 
 
 class UsageError(Exception):
@@ -175,7 +211,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
         return _die("captcha-worker check", f"configuration error: {exc}")
     except ValueError:
         return _die("captcha-worker check", "configuration error: CAPTCHAAI_THREADS must be an integer")
-    checks = asyncio.run(_checks(rc, queue, key, api_url, threads))
+    checks = run_command(_checks(rc, queue, key, api_url, threads))
     failed = [c for c in checks if not c[1]]
     if ns.json:
         print(json.dumps({"ok": not failed, "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks]}))
@@ -237,7 +273,7 @@ def cmd_limit(ns: argparse.Namespace) -> int:
         rc, queue = RedisConfig.from_env(os.environ), queue_name(os.environ)
     except ConfigError as exc:
         raise UsageError(f"configuration error: {exc}") from None
-    return asyncio.run(_hold_limit(rc, queue, threads, hold_s, holder, as_json=ns.json))
+    return run_command(_hold_limit(rc, queue, threads, hold_s, holder, as_json=ns.json))
 
 
 async def _hold_limit(rc: RedisConfig, queue: str, threads: int, hold_s: float, holder: str, *,
@@ -300,7 +336,7 @@ def cmd_submit(ns: argparse.Namespace) -> int:
     else:
         tasks = [{"method": ns.method, "params": _parse_params(ns.param), "deadline": ns.deadline,
                   "priority": ns.priority, "id": ns.id}]
-    return asyncio.run(_submit(ns, tasks))
+    return run_command(_submit(ns, tasks))
 
 
 async def _submit(ns: argparse.Namespace, tasks: list[dict[str, Any]]) -> int:
@@ -327,7 +363,7 @@ async def _submit(ns: argparse.Namespace, tasks: list[dict[str, Any]]) -> int:
 
 
 def cmd_wait(ns: argparse.Namespace) -> int:
-    return asyncio.run(_wait(ns))
+    return run_command(_wait(ns))
 
 
 async def _wait(ns: argparse.Namespace) -> int:
@@ -340,7 +376,7 @@ async def _wait(ns: argparse.Namespace) -> int:
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
-    return asyncio.run(_report(ns))
+    return run_command(_report(ns))
 
 
 async def _report(ns: argparse.Namespace) -> int:
@@ -356,7 +392,7 @@ async def _report(ns: argparse.Namespace) -> int:
 def cmd_stats(ns: argparse.Namespace) -> int:
     if ns.watch:
         return _watch(ns)
-    return asyncio.run(_stats(ns))
+    return run_command(_stats(ns))
 
 
 def _watch(ns: argparse.Namespace) -> int:
@@ -366,7 +402,7 @@ def _watch(ns: argparse.Namespace) -> int:
     if budget is None and os.environ.get("CAPTCHAAI_THREADS", "").strip().isdigit():
         budget = int(os.environ["CAPTCHAAI_THREADS"])
     prom = watch.Prometheus(ns.prometheus, ns.matchers) if ns.prometheus else None
-    return asyncio.run(watch.run(lambda: _producer(ns), interval_s=ns.interval, budget=budget, prometheus=prom,
+    return run_command(watch.run(lambda: _producer(ns), interval_s=ns.interval, budget=budget, prometheus=prom,
                                  count=ns.count))
 
 
@@ -386,7 +422,7 @@ async def _stats(ns: argparse.Namespace) -> int:
 def cmd_audit(ns: argparse.Namespace) -> int:
     if ns.confirm_seconds < 0:
         raise UsageError("--confirm-seconds must be >= 0")
-    return asyncio.run(_audit(ns))
+    return run_command(_audit(ns))
 
 
 async def _audit(ns: argparse.Namespace) -> int:
@@ -410,7 +446,7 @@ async def _audit(ns: argparse.Namespace) -> int:
 
 
 def cmd_dead_letters(ns: argparse.Namespace) -> int:
-    return asyncio.run(_dead_letters(ns))
+    return run_command(_dead_letters(ns))
 
 
 async def _dead_letters(ns: argparse.Namespace) -> int:
