@@ -139,7 +139,7 @@ def test_the_make_targets_select_the_tiers() -> None:
 def test_ci_runs_every_tier_in_order_and_the_readme_names_them() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     calls = re.findall(r"^\s*tier ([\w-]+)$", ci, re.M)
-    assert calls == ["test", "integration", "chaos", "e2e", "e2e-pods"], calls
+    assert calls == ["test", "integration", "chaos", "e2e", "e2e-pods", "test-release"], calls
     assert 'PYTEST_ARGS="--durations=10"' in ci
     readme = (ROOT / "README.md").read_text()
     for target in ("test", "unit", "integration", "chaos", "test-stress", "e2e", "e2e-pods"):

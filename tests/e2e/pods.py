@@ -703,10 +703,13 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--helms", default="helm3,helm4")
     p.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS))
+    p.add_argument("--scenarios-for", action="append", default=[], metavar="HELM=LIST",
+                   help="another scenario list for one Helm (e.g. helm3=1,switch,3,4: CI runs scenario 2 once)")
     p.add_argument("--image-tag", required=True, help="tag of localhost/captcha-solver built by images.sh")
     p.add_argument("--results", type=Path, required=True)
     ns = p.parse_args(argv)
     ns.results.mkdir(parents=True, exist_ok=True)
+    per_helm = dict(item.split("=", 1) for item in ns.scenarios_for)
     figures: dict[str, Any] = {}
     failed: list[str] = []
     for helm in ns.helms.split(","):
@@ -714,7 +717,7 @@ def main(argv: list[str]) -> int:
         figures[helm] = rel.figures
         try:
             rel.install()
-            for name in ns.scenarios.split(","):
+            for name in per_helm.get(helm, ns.scenarios).split(","):
                 t = time.monotonic()
                 say(f"{helm}: == scenario {name}")
                 rel.figures[name] = {}  # filled as it goes: a failing scenario keeps what it measured
