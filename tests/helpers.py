@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,41 @@ def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = N
     return subprocess.run(  # noqa: PLW1510 - callers assert on returncode
 [sys.executable, "-m", "captcha_worker.cli", *args], env=cli_env(**(env or {})),
                           input=input, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+#: the line `captcha-worker simulator` and `captcha-worker gateway` print once their sockets are bound
+LISTENING = re.compile(rb"listening on (?P<url>https?://\S+:(?P<port>\d+))"
+                       rb"(?: \(metrics on port (?P<metrics>\d+)\))?")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a live child has used (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_listening(proc: subprocess.Popen[bytes], log: Path, what: str, cpu_budget: float = 15.0) -> re.Match[bytes]:
+    """Wait for a child started on port 0 to print its `listening on URL` line; the match names the ports it bound.
+
+    The child's own signal, not a guessed port: nothing can take its port first. It fails as soon as the child
+    exits (with its exit code and last output), or once the child has burnt `cpu_budget` seconds of CPU without
+    listening: CPU, not wall time, so a loaded machine only makes the wait longer, never fails it."""
+    while True:
+        m = LISTENING.search(log.read_bytes())
+        if m:
+            return m
+        code = proc.poll()
+        if code is not None and not LISTENING.search(log.read_bytes()):
+            raise RuntimeError(f"{what} exited with code {code} before listening; its last output:\n{tail(log)}")
+        if cpu_seconds(proc.pid) > cpu_budget:
+            raise RuntimeError(f"{what} (pid {proc.pid}) used {cpu_budget}s of CPU without listening; "
+                               f"its last output:\n{tail(log)}")
+        time.sleep(0.05)
+
+
+def tail(log: Path, lines: int = 20) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no output)"

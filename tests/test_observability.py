@@ -55,7 +55,7 @@ from captcha_worker import codes, metrics, planner
 from captcha_worker.gateway import metrics as gm
 from captcha_worker.queue import Keys, RedisQueue
 from tests.chart.chartlib import CRD_SCHEMAS, K8S_SCHEMA_VERSIONS, REQUIRED_VALUES, TOOLS, chart_copy, tool
-from tests.helpers import KEY, OTHER_KEY, ROOT, cli_env, free_port, wait_port
+from tests.helpers import KEY, OTHER_KEY, ROOT, cli_env, free_port, wait_listening
 
 pytestmark = pytest.mark.integration
 
@@ -229,10 +229,17 @@ class Lab:
         self.procs.append(p)
         return p
 
-    def simulator(self, namespace: str, *args: str) -> None:
-        port = free_port()
-        self.spawn(f"sim-{namespace}", ["simulator", "--port", str(port), "--speed", "20", "--seed", "7", *args])
-        self.sims[namespace] = f"http://127.0.0.1:{port}"
+    def listening(self, p: Proc) -> re.Match[bytes]:
+        """The ports `p` bound (port 0: the OS chose them), once it says so; fails naming its exit and output."""
+        return wait_listening(p.proc, self.dir / f"{p.name}.log", p.name)
+
+    def simulator(self, namespace: str, *args: str) -> Proc:
+        """Started on port 0; `listening()` then gives its URL (set in `sims` by `simulators_up()`)."""
+        return self.spawn(f"sim-{namespace}", ["simulator", "--port", "0", "--speed", "20", "--seed", "7", *args])
+
+    def simulators_up(self, sims: dict[str, Proc]) -> None:
+        for namespace, p in sims.items():
+            self.sims[namespace] = self.listening(p)["url"].decode()
 
     def worker(self, namespace: str, pod: str, sim: str, **env: str) -> Proc:
         port = free_port()
@@ -255,16 +262,19 @@ class Lab:
 
     def gateway(self, namespace: str) -> Proc:
         """A `captcha-worker gateway` for the namespace's queue, scraped as the gateway Service's pods would be."""
-        port, metrics_port = free_port(), free_port()
         env = {"REDIS_URL": self.redis_url, "QUEUE_NAME": namespace, "GATEWAY_HOST": "127.0.0.1",
-               "GATEWAY_PORT": str(port), "METRICS_HOST": "127.0.0.1", "METRICS_PORT": str(metrics_port),
+               "GATEWAY_PORT": "0", "METRICS_HOST": "127.0.0.1", "METRICS_PORT": "0",
                "GATEWAY_TENANTS": json.dumps({"tenants": GATEWAY_TENANTS[namespace]})}
         p = self.spawn(f"{namespace}-gateway", ["gateway"], env)
-        p.metrics_port = metrics_port
-        p.url = f"http://127.0.0.1:{port}"
-        self.target(namespace, GW_JOB, "0", metrics_port)
         self.gateways[namespace] = p
         return p
+
+    def gateway_up(self, namespace: str) -> None:
+        """Wait for the gateway's own `listening` line; then Prometheus learns its metrics port."""
+        p = self.gateways[namespace]
+        m = self.listening(p)
+        p.url, p.metrics_port = m["url"].decode(), int(m["metrics"])
+        self.target(namespace, GW_JOB, "0", p.metrics_port)
 
     def sim_config(self, namespace: str, **patch: object) -> None:
         req = urllib.request.Request(f"{self.sims[namespace]}/_sim/config", data=json.dumps(patch).encode(),
@@ -409,14 +419,15 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     lab = Lab(d, redis_server.url, prom)
     producer: threading.Thread | None = None
     try:
-        lab.simulator("obs-main", "--threads", "16", "--fault", "unsolvable=0.15")
-        lab.simulator("obs-fatal", "--threads", "5")
-        lab.simulator("obs-capacity", "--threads", "6", "--over-cap", "zero_balance", "--latency", "turnstile=40:5")
-        lab.simulator("obs-saturated", "--threads", "2", "--latency", "turnstile=20:2")
-        lab.simulator("obs-reap", "--threads", "16", "--latency", "turnstile=300:10")
-        lab.simulator("obs-tenants", "--threads", "10", "--latency", "turnstile=40:5")
-        for url in lab.sims.values():
-            wait_port(int(url.rsplit(":", 1)[1]))
+        lab.simulators_up({
+            "obs-main": lab.simulator("obs-main", "--threads", "16", "--fault", "unsolvable=0.15"),
+            "obs-fatal": lab.simulator("obs-fatal", "--threads", "5"),
+            "obs-capacity": lab.simulator("obs-capacity", "--threads", "6", "--over-cap", "zero_balance",
+                                          "--latency", "turnstile=40:5"),
+            "obs-saturated": lab.simulator("obs-saturated", "--threads", "2", "--latency", "turnstile=20:2"),
+            "obs-reap": lab.simulator("obs-reap", "--threads", "16", "--latency", "turnstile=300:10"),
+            "obs-tenants": lab.simulator("obs-tenants", "--threads", "10", "--latency", "turnstile=40:5"),
+        })
         for ns in GATEWAY_TENANTS:
             lab.gateway(ns)
         t0 = time.monotonic()
@@ -431,8 +442,8 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                             LEASE_SECONDS="3")
         lab.worker("obs-reap", "w1", "obs-reap", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8", LEASE_SECONDS="3")
         lab.worker("obs-tenants", "w0", "obs-tenants", CAPTCHAAI_THREADS="10", WORKER_CONCURRENCY="10")
-        for gateway in lab.gateways.values():
-            wait_port(int(gateway.url.rsplit(":", 1)[1]))
+        for ns in GATEWAY_TENANTS:
+            lab.gateway_up(ns)
         # obs-capacity: the plan shrinks to 1 thread once the worker read 6 (it reads again only in 5 minutes)
         assert capacity.metrics_port is not None
         capacity_port = capacity.metrics_port
