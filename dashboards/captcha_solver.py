@@ -165,7 +165,12 @@ ERRORS = Row("Errors", (
           "leases a worker found gone when renewing them, and Redis operations that failed and were retried.",
           (Q("reaped ({{reason}})", f"sum by (reason) ({rate('leases_reaped_total')})"),
            Q("leases lost", f"sum({rate('leases_lost_total')})"),
-           Q("Redis errors", f"sum({rate('redis_errors_total')})")), w=24, unit="reqps"),
+           Q("Redis errors", f"sum({rate('redis_errors_total')})")), w=18, unit="reqps"),
+    Stat("Audit violations",
+         "Broken invariants of docs/guarantees.md that two audits in a row saw in Redis, by check (a budget unit or "
+         "lease of a finished task, a lease without its item, an item without a lease). Any: run "
+         "`captcha-worker audit` and see docs/operations.md#troubleshooting.",
+         (Q("{{check}}", f"max by (check) ({m('audit_violations')})"),), w=6, h=8, decimals=0, red_from=1),
 ))
 
 TENANTS = Row("Tenants", (

@@ -813,6 +813,12 @@ def exported(text: str) -> dict[str, tuple[str, set[str], set[str]]]:
     return out
 
 
+#: families the lab's processes export without a sample, each with why it is on no panel yet (its labels come from
+#: use: the label checks below cannot read them off a scrape)
+NO_SAMPLES_YET = {"captcha_solver_cost_total": "workers route no task to a per-solve provider yet (issue 27): "
+                                               "only captcha_worker.overflow charges it"}
+
+
 def test_dashboard_and_rules_use_only_exported_metrics(lab: Lab, tmp_path: Path) -> None:
     """Worker and gateway: every name the dashboard and the rules use is exported, every exported family is shown."""
     scrapes = (lab.main_metrics, lab.gateway_metrics)
@@ -826,6 +832,7 @@ def test_dashboard_and_rules_use_only_exported_metrics(lab: Lab, tmp_path: Path)
     assert not (used | used_rules) - samples, f"not exported: {sorted((used | used_rules) - samples)}"
     families = {f for text in scrapes for f in exported(text)}
     unused = {f for f in families if not any(s.startswith(f.removesuffix("_total")) for s in used)}
+    unused -= set(NO_SAMPLES_YET)
     assert not unused, f"exported but on no panel: {sorted(unused)}"
     worker, gateway = set(exported(lab.main_metrics)), set(exported(lab.gateway_metrics))
     assert not worker & gateway, "a metric exported by both the worker and the gateway"
@@ -852,7 +859,7 @@ def test_every_exported_metric_is_documented_and_vice_versa(lab: Lab, section: s
         assert docs[name][0] == kind, f"{name}: documented as {docs[name][0]}, exported as {kind}"
         for label in labels:
             assert f"`{label}`" in docs[name][1], f"{name}: label {label} not documented"
-        if not labels:
+        if not labels and name not in NO_SAMPLES_YET:
             assert docs[name][1].strip() in {"", "—", "-"}, f"{name} has no labels"
 
 

@@ -334,7 +334,8 @@ async def test_a_held_lower_limit_takes_effect_at_once_for_live_workers_then_exp
                 for u in await redis.zrangebyscore(units_key, sec + usec / 1e6, "+inf")}
 
     async with simulator(threads=10, speed=float(speed)) as sim, \
-            worker(redis_server.url, sim, CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6", API_TIME_SCALE=speed):
+            worker(redis_server.url, sim, CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6", API_TIME_SCALE=speed,
+                   LEASE_SECONDS="30"):  # the blocked loop renews no lease: 3 s ones expired under load (new units)
         await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(60)])
         await _until(lambda: sim.stats().in_flight == 6, 15)
         proc = run_cli("limit", "--threads", "2", "--hold", "5", "--holder", "rollout-t",  # blocks the loop
