@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from captcha_worker import localredis
+from captcha_worker.config import WorkerConfig
 from captcha_worker.localredis import free_port as free_port  # noqa: PLC0414 - the tests take it from here
 from captcha_worker.localredis import wait_port as wait_port  # noqa: PLC0414
+from captcha_worker.worker import Worker, open_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the API key every test uses (32 characters, as CaptchaAI issues them); OTHER_KEY: a second, valid one
@@ -77,3 +82,16 @@ def wait_listening(proc: subprocess.Popen[bytes], log: Path, what: str, cpu_budg
 
 def tail(log: Path, lines: int = 20) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no output)"
+
+
+@asynccontextmanager
+async def running_worker(cfg: WorkerConfig) -> AsyncIterator[Worker]:
+    """A worker running in this event loop (`Worker.run`) until the block ends, then stopped as SIGTERM would."""
+    async with open_worker(cfg) as w:
+        stop = asyncio.Event()
+        task = asyncio.create_task(w.run(stop))
+        try:
+            yield w
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)

@@ -16,8 +16,7 @@ from captcha_worker.config import WorkerConfig
 from captcha_worker.queue import Ack, AuditCheck, RedisQueue, Violation, confirmed
 from captcha_worker.simulator import SimConfig, SimulatorServer
 from captcha_worker.task import Result, Status
-from captcha_worker.worker import open_worker
-from tests.helpers import KEY, ROOT, run_cli
+from tests.helpers import KEY, ROOT, run_cli, running_worker
 
 
 def body(task_id: str) -> str:
@@ -103,28 +102,22 @@ async def test_the_worker_exports_what_two_audits_in_a_row_saw(redis: Redis, red
         cfg = WorkerConfig.from_env({"REDIS_URL": redis_server.url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url,
                                      "CAPTCHAAI_THREADS": "2", "WORKER_CONCURRENCY": "1", "API_TIME_SCALE": "50",
                                      "LEASE_SECONDS": "6"})  # reaps every ~3 s
-        async with open_worker(cfg) as w:
-            stop = asyncio.Event()
-            task = asyncio.create_task(w.run(stop))
-            try:
-                q = RedisQueue(redis, "captcha")
-                # a finished task's tombstone and a unit of it (made by hand: the worker's claimer must not see it)
-                await redis.hset(q.keys.task("phantom"), "state", "done")
-                await redis.zadd(q.keys.budget, {unit_of("phantom"): float((await redis.time())[0]) + 60})
-                for _ in range(300):  # two audits in a row, at most ~9 s
-                    if gauge("unit_of_finished_task") == 1:
-                        break
-                    await asyncio.sleep(0.1)
-                assert gauge("unit_of_finished_task") == 1 and gauge("item_without_lease") == 0
-                await redis.zrem(q.keys.budget, unit_of("phantom"))
-                for _ in range(300):  # two audits in a row, at most ~9 s
-                    if gauge("unit_of_finished_task") == 0:
-                        break
-                    await asyncio.sleep(0.1)
-                assert gauge("unit_of_finished_task") == 0
-            finally:
-                stop.set()
-                await asyncio.wait_for(task, 30)
+        async with running_worker(cfg):
+            q = RedisQueue(redis, "captcha")
+            # a finished task's tombstone and a unit of it (made by hand: the worker's claimer must not see it)
+            await redis.hset(q.keys.task("phantom"), "state", "done")
+            await redis.zadd(q.keys.budget, {unit_of("phantom"): float((await redis.time())[0]) + 60})
+            for _ in range(300):  # two audits in a row, at most ~9 s
+                if gauge("unit_of_finished_task") == 1:
+                    break
+                await asyncio.sleep(0.1)
+            assert gauge("unit_of_finished_task") == 1 and gauge("item_without_lease") == 0
+            await redis.zrem(q.keys.budget, unit_of("phantom"))
+            for _ in range(300):  # two audits in a row, at most ~9 s
+                if gauge("unit_of_finished_task") == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert gauge("unit_of_finished_task") == 0
 
 
 def test_guarantees_and_metrics_docs_name_every_check() -> None:

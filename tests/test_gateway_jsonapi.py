@@ -11,7 +11,6 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -38,19 +37,8 @@ from tests.test_gateway import (
     solved,
     tenants,
 )
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
-@pytest.fixture
-async def stack(redis: Redis, redis_server: Any, session: aiohttp.ClientSession) -> AsyncIterator[Stack]:
-    async with GatewayServer(config(redis_server.url)) as server:
-        yield Stack(server, session, redis)
-
+from tests.test_gateway import session as session  # noqa: PLC0414 - the same fixtures as the v1 tests
+from tests.test_gateway import stack as stack  # noqa: PLC0414
 
 SITEKEY = RECAPTCHA["googlekey"]
 PAGE = RECAPTCHA["pageurl"]

@@ -32,7 +32,8 @@ from captcha_worker.connection import NotReplicated
 from captcha_worker.queue import Ack, RedisQueue
 from captcha_worker.simulator import SimConfig, SimulatorServer
 from captcha_worker.task import Result, Status
-from captcha_worker.worker import Worker, open_worker
+from captcha_worker.worker import Worker
+from tests import helpers
 from tests.helpers import KEY
 from tests.topology import ClusterTopology, cluster, replica_servers
 
@@ -49,14 +50,8 @@ async def running_worker(redis_url: str, **env: str) -> AsyncIterator[Worker]:
         base = {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "4",
                 "WORKER_CONCURRENCY": "2", "API_TIME_SCALE": str(SPEED), "LEASE_SECONDS": LEASE_S,
                 "DRAIN_GRACE_SECONDS": "5"}
-        async with open_worker(WorkerConfig.from_env({**base, **env})) as w:
-            stop = asyncio.Event()
-            task = asyncio.create_task(w.run(stop))
-            try:
-                yield w
-            finally:
-                stop.set()
-                await asyncio.wait_for(task, 30)
+        async with helpers.running_worker(WorkerConfig.from_env({**base, **env})) as w:
+            yield w
 
 
 def leases_lost() -> float:

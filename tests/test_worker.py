@@ -19,8 +19,8 @@ from captcha_worker.client import CaptchaQueue, Expired, Failed, Solved
 from captcha_worker.config import WorkerConfig
 from captcha_worker.queue import SEED_RESULTS_HASH, Keys, RedisQueue
 from captcha_worker.simulator import Faults, OverCap, SimConfig, SimulatorServer
-from captcha_worker.worker import Phase, Worker, open_worker
-from tests.helpers import KEY, run_cli
+from captcha_worker.worker import Phase, Worker
+from tests.helpers import KEY, run_cli, running_worker
 
 SPEED = 50.0
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
@@ -39,15 +39,8 @@ async def worker(redis_url: str, sim: SimulatorServer, **env: str) -> AsyncItera
     base = {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "10",
             "WORKER_CONCURRENCY": "5", "API_TIME_SCALE": str(SPEED), "LEASE_SECONDS": "3",
             "DRAIN_GRACE_SECONDS": "5"}
-    cfg = WorkerConfig.from_env({**base, **env})
-    async with open_worker(cfg) as w:
-        stop = asyncio.Event()
-        task = asyncio.create_task(w.run(stop))
-        try:
-            yield w
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 30)
+    async with running_worker(WorkerConfig.from_env({**base, **env})) as w:
+        yield w
 
 
 @pytest.fixture
