@@ -1,5 +1,5 @@
-"""The API key from a file (``CAPTCHAAI_KEY_FILE``), re-read while the worker runs: a key rotated in its Secret
-reaches the pods without a restart.
+"""The API key from a file (``CAPTCHAAI_KEY_FILE``), re-read while the worker (or the gateway: its copy of the
+plan's key, for reports and the balance) runs: a key rotated in its Secret reaches the pods without a restart.
 
 Kubernetes updates a mounted Secret in place (an atomic swap of the volume's ``..data`` link) within the kubelet's
 sync period, about a minute. :func:`watch_key_file` reads the file every ``KEY_RELOAD_SECONDS`` and hands a new,
@@ -25,8 +25,9 @@ logger = logging.getLogger("captcha_worker.keyfile")
 class KeyFileWatcher:
     """Compares the file's key with the one in use; `check()` applies a change (one log line per change)."""
 
-    def __init__(self, path: str, current: str, apply: Callable[[Secret], None]) -> None:
+    def __init__(self, path: str, current: str, apply: Callable[[Secret], None], *, holder: str = "worker") -> None:
         self.path = path
+        self.holder = holder  # who keeps its key through a bad file: named in the hint
         self.current = current
         self.apply = apply
         self.reloads = 0
@@ -41,7 +42,7 @@ class KeyFileWatcher:
             if reason != self._problem:
                 self._problem = reason
                 event(logger, "api_key_file_invalid", logging.WARNING, path=self.path, reason=reason,
-                      hint="the worker keeps the key it has; write a valid key to the Secret")
+                      hint=f"the {self.holder} keeps the key it has; write a valid key to the Secret")
             return False
         if key == self.current:
             if self._problem is not None:

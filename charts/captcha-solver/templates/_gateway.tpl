@@ -63,11 +63,17 @@ Its templates are gateway-*.yaml; every one renders only with gateway.enabled.
 {{- toYaml $cfg -}}
 {{- end -}}
 
-{{/* Secret-backed env: the plan's key (to forward reports; only with gateway.forwardReports) and Redis credentials. */}}
+{{/* Whether the gateway holds the plan's key: to forward reports (gateway.forwardReports) or read the plan's balance. */}}
+{{- define "captcha-solver.gateway.plansKey" -}}
+{{- if or .Values.gateway.forwardReports .Values.gateway.upstreamBalance -}}true{{- end -}}
+{{- end -}}
+
+{{/* Secret-backed env: the plan's key as a file (CAPTCHAAI_KEY_FILE, re-read while running: a Secret update
+     reaches the pods without a restart) and Redis credentials. */}}
 {{- define "captcha-solver.gateway.env" -}}
 {{- $env := list -}}
-{{- if or .Values.gateway.forwardReports .Values.gateway.upstreamBalance -}}
-{{- $env = append $env (dict "name" "CAPTCHAAI_KEY" "valueFrom" (dict "secretKeyRef" (dict "name" (include "captcha-solver.apiKeySecretName" .) "key" .Values.captchaai.existingSecretKey))) -}}
+{{- if include "captcha-solver.gateway.plansKey" . -}}
+{{- $env = append $env (dict "name" "CAPTCHAAI_KEY_FILE" "value" (include "captcha-solver.apiKeyFile" .)) -}}
 {{- end -}}
 {{- $secret := include "captcha-solver.redis.secretName" . -}}
 {{- if $secret -}}

@@ -35,6 +35,7 @@ from captcha_worker.config import (
     _Env,
     max_task_bytes,
     queue_name,
+    read_key_file,
     redact_url,
     task_ttl,
 )
@@ -117,7 +118,8 @@ class GatewayConfig:
     log_level: str
     tenants_source: str = ""  # GATEWAY_TENANTS as given: re-read with the secrets for a rotated key
     secrets_dir: str | None = None  # GATEWAY_SECRETS_DIR
-    key_reload_seconds: float = 10.0  # KEY_RELOAD_SECONDS: how often the tenants' key files are re-read
+    key_reload_seconds: float = 10.0  # KEY_RELOAD_SECONDS: how often the key files are re-read
+    api_key_file: str | None = None  # CAPTCHAAI_KEY_FILE: the plan's key from a file, re-read while running
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -127,15 +129,14 @@ class GatewayConfig:
         source = e.required("GATEWAY_TENANTS", "the tenants, as JSON or the path of a JSON file (docs/gateway.md)")
         tenants = load_tenants(source, e.raw("GATEWAY_SECRETS_DIR"))
         check_reserved(tenants, plan)
-        api_key = e.raw("CAPTCHAAI_KEY") or ""
-        if api_key and not KEY_RE.match(api_key):
-            raise ConfigError(f"CAPTCHAAI_KEY must be 32 letters and digits (got {len(api_key)} characters)")
+        api_key, api_key_file = plan_key(e)
         api_url = e.text("CAPTCHAAI_URL", DEFAULT_API_URL).rstrip("/")
         if not re.match(r"^https?://[^/\s]+", api_url):
             raise ConfigError(f"CAPTCHAAI_URL must be an http(s) URL, got {redact_url(api_url)!r}")
         upstream_balance = e.flag("GATEWAY_UPSTREAM_BALANCE", False)
         if upstream_balance and not api_key:
-            raise ConfigError("GATEWAY_UPSTREAM_BALANCE needs CAPTCHAAI_KEY (the plan's key) to read the balance")
+            raise ConfigError("GATEWAY_UPSTREAM_BALANCE needs CAPTCHAAI_KEY or CAPTCHAAI_KEY_FILE (the plan's key) "
+                              "to read the balance")
         cert, key = e.raw("GATEWAY_TLS_CERT_FILE"), e.raw("GATEWAY_TLS_KEY_FILE")
         for name, path in (("GATEWAY_TLS_CERT_FILE", cert), ("GATEWAY_TLS_KEY_FILE", key)):
             if path is not None and not os.path.isfile(path):
@@ -161,7 +162,7 @@ class GatewayConfig:
             callback_timeout_seconds=e.number("GATEWAY_CALLBACK_TIMEOUT_SECONDS", 5.0, minimum=0.1),
             callback_attempts=e.integer("GATEWAY_CALLBACK_ATTEMPTS", 3, minimum=1, maximum=10),
             log_level=log_level, tenants_source=source, secrets_dir=e.raw("GATEWAY_SECRETS_DIR"),
-            key_reload_seconds=e.number("KEY_RELOAD_SECONDS", 10.0, minimum=1.0),
+            key_reload_seconds=e.number("KEY_RELOAD_SECONDS", 10.0, minimum=1.0), api_key_file=api_key_file,
         )
 
     def secrets(self) -> list[str]:
@@ -169,6 +170,19 @@ class GatewayConfig:
         out = [t.key.value for t in self.tenants] + [self.api_key.value, self.redis.password.value]
         out += [t.pingback.secret.value for t in self.tenants if t.pingback is not None]
         return [s for s in out if s]
+
+
+def plan_key(e: _Env) -> tuple[str, str | None]:
+    """(key, file): the plan's key, optional here (reports are then counted, not forwarded): CAPTCHAAI_KEY_FILE
+    (a mounted Secret, re-read while running: keyfile.KeyFileWatcher) or CAPTCHAAI_KEY, not both."""
+    path, inline = e.raw("CAPTCHAAI_KEY_FILE"), e.raw("CAPTCHAAI_KEY")
+    if path is not None and inline is not None:
+        raise ConfigError("set CAPTCHAAI_KEY or CAPTCHAAI_KEY_FILE, not both")
+    if path is not None:
+        return read_key_file(path), path
+    if inline and not KEY_RE.match(inline):
+        raise ConfigError(f"CAPTCHAAI_KEY must be 32 letters and digits (got {len(inline)} characters)")
+    return inline or "", None
 
 
 # -- tenants ---------------------------------------------------------------------------------------------------

@@ -7,6 +7,10 @@ old one at once (the old key is refused from then on), one ``tenant_key_reloaded
 never the key. A load that fails (a file being rewritten, a malformed key) changes nothing and is logged once per
 reason as ``tenant_keys_invalid``. Tenants added or removed, shares or limits changed, wait for a restart (the
 chart rolls the pods on such a change).
+
+The plan's key (``CAPTCHAAI_KEY_FILE``: forwarded reports, the upstream balance) is re-read on the same period by
+the worker's :class:`~captcha_worker.keyfile.KeyFileWatcher` (``api_key_reloaded``, never the key): the next
+upstream request uses the new key.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from captcha_worker import log
 from captcha_worker.config import ConfigError
 from captcha_worker.gateway.config import GatewayConfig, load_tenants
 from captcha_worker.gateway.tenants import Tenants
+from captcha_worker.keyfile import KeyFileWatcher
 
 _log = logging.getLogger("captcha_worker.gateway.keys")
 
@@ -55,3 +60,12 @@ async def reload_loop(reloader: TenantKeyReloader, closing: asyncio.Event) -> No
             await asyncio.wait_for(closing.wait(), reloader.cfg.key_reload_seconds)
         except TimeoutError:
             reloader.check()
+
+
+async def plan_key_loop(watcher: KeyFileWatcher, interval_s: float, closing: asyncio.Event) -> None:
+    """Re-read the plan's key file every `interval_s` until the gateway closes."""
+    while not closing.is_set():
+        try:
+            await asyncio.wait_for(closing.wait(), interval_s)
+        except TimeoutError:
+            watcher.check()

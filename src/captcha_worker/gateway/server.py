@@ -26,9 +26,10 @@ from captcha_worker.gateway.app import REPLY_TO, Gateway
 from captcha_worker.gateway.callbacks import Callbacks
 from captcha_worker.gateway.config import GatewayConfig
 from captcha_worker.gateway.jsonapi import JsonApi
-from captcha_worker.gateway.keys import TenantKeyReloader, reload_loop
+from captcha_worker.gateway.keys import TenantKeyReloader, plan_key_loop, reload_loop
 from captcha_worker.gateway.results import ResultReader, share_loop
 from captcha_worker.gateway.tenants import Tenants
+from captcha_worker.keyfile import KeyFileWatcher
 from captcha_worker.metrics import ProbeServer
 from captcha_worker.tls import tls_context
 
@@ -88,6 +89,10 @@ class GatewayServer:
                            asyncio.create_task(share_loop(gateway, self._closing))]
             if cfg.secrets_dir:  # keys from a mounted Secret: a rotated key is taken without a restart
                 self._tasks.append(asyncio.create_task(reload_loop(TenantKeyReloader(cfg, tenants), self._closing)))
+            if upstream is not None and cfg.api_key_file:  # the plan's key from its Secret: rotated likewise
+                watcher = KeyFileWatcher(cfg.api_key_file, cfg.api_key.value, upstream.set_key, holder="gateway")
+                self._tasks.append(asyncio.create_task(plan_key_loop(watcher, cfg.key_reload_seconds,
+                                                                     self._closing)))
             yield
         finally:
             self._closing.set()
