@@ -75,14 +75,16 @@ def _key_shapes() -> dict[str, str]:
     """Every key `queue.Keys` makes, as the tables spell it: `{q}:pending`, `{q}:task:<id>`, ..."""
     keys = Keys("q")
     shapes = {name: getattr(keys, name) for name in ("pending", "processing", "leases", "orphans", "dead", "budget",
-                                                     "limits", "workers", "reports", "tenants")}
+                                                     "limits", "workers", "reports", "tenants",
+                                                     "keep_raw")}
     shapes |= {"task": keys.task("<id>"), "result": keys.result("<id>"), "reply": keys.reply("<producer>"),
                "callback": keys.callback("<id>"), "waiting": keys.waiting("<tenant>"),
-               "pingback": keys.pingback("<handle>"), "pingback_wake": keys.pingback_wake("<w>")}
+               "pingback": keys.pingback("<handle>"), "pingback_wake": keys.pingback_wake("<w>"),
+               "raw": keys.raw("<sha256>")}
     shapes |= {name: getattr(keys, name) for name in ("spend_records", "spend_expiries", "spend_windows",
                                                      "spend_totals")}
     public = {n for n, v in vars(Keys).items() if isinstance(v, property | type(Keys.task)) and not n.startswith("_")}
-    unlisted = {"own", "queue", "task_prefix", "result_prefix", "waiting_prefix"}
+    unlisted = {"own", "queue", "task_prefix", "result_prefix", "waiting_prefix", "raw_prefix"}
     assert public - unlisted == set(shapes), "a key of Keys is not listed here"
     return shapes
 

@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from captcha_worker.connection import NotReplicated
+from captcha_worker.log import Redactor
 from captcha_worker.queue import (
     SEED_RESULTS_HASH,
     Ack,
@@ -26,7 +27,7 @@ from captcha_worker.queue import (
     dead_entry,
     is_raw_item,
 )
-from captcha_worker.task import Result, Status
+from captcha_worker.task import Result, Status, payload_view
 from tests.helpers import free_port
 from tests.procs import RedisServer
 
@@ -409,6 +410,28 @@ async def test_requeue_dead_entries_of_the_previous_version(q: RedisQueue, any_r
     assert await q.requeue_dead(old_body, ttl=100) and await q.requeue_dead(old_raw, ttl=100)
     assert await any_redis.lrange(q.keys.pending, 0, -1) == ["b", raw]
     assert await any_redis.hget(q.keys.task("b"), "body") == body("b")
+
+
+async def test_a_dead_letter_keeps_the_fingerprint_and_an_excerpt_only_in_a_window(
+        q: RedisQueue, any_redis: Redis) -> None:
+    view = payload_view(b"Cookie: sid=PLANTEDv4lue", Redactor(), max_bytes=1000)
+    assert view.fingerprint is not None and view.excerpt is not None
+    entry = dead_entry(reason="payload is not valid JSON", code="INVALID_JSON", task_id=None, view=view, attempts=1)
+    assert "PLANTED" not in entry
+    await any_redis.lpush(q.keys.dead, entry)
+    (letter,) = await q.dead_letters()
+    assert letter.fingerprint == view.fingerprint and letter.view == view.fingerprint.text()
+    sha = view.fingerprint.sha256
+    assert await q.raw_window() is None
+    assert await q.keep_excerpt(sha, view.excerpt) is False and await q.excerpt(sha) is None, "no window: nothing"
+    await q.open_raw_window(60)
+    left = await q.raw_window()
+    assert left is not None and 0 < left <= 60
+    assert await q.keep_excerpt(sha, view.excerpt) is True and await q.excerpt(sha) == view.excerpt
+    assert 0 < await any_redis.pttl(q.keys.raw(sha)) <= await any_redis.pttl(q.keys.keep_raw) + 50
+    assert await q.close_raw_window() == 1
+    assert await q.excerpt(sha) is None and await q.raw_window() is None
+    assert await any_redis.exists(q.keys.keep_raw, q.keys.raw(sha)) == 0
 
 
 async def test_unreadable_dead_letter_entries_are_listed_not_fatal(q: RedisQueue, any_redis: Redis) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -11,15 +12,20 @@ from hypothesis import strategies as st
 from captcha_worker import methods
 from captcha_worker.log import Redactor
 from captcha_worker.task import (
+    EXCERPT_BYTES,
     VIEW_MAX,
+    ByteClass,
+    Fingerprint,
     Invalid,
     Result,
     Status,
     Task,
     Timings,
+    fingerprint,
     nesting_depth,
     parse_task,
     payload_view,
+    raw_excerpt,
 )
 
 MAX = 10_000
@@ -169,7 +175,10 @@ def test_user_supplied_names_in_reasons_are_bounded() -> None:
 @given(st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
 def test_any_bytes_give_a_bounded_view_without_raising(raw: bytes) -> None:
     view = payload_view(raw, Redactor(), max_bytes=MAX)
-    assert len(view) <= VIEW_MAX
+    assert len(view.text) <= VIEW_MAX
+    if view.fingerprint is not None:  # not a JSON object: only the fingerprint is kept, never the bytes
+        assert view.fingerprint == fingerprint(raw) and view.text == view.fingerprint.text()
+        assert Fingerprint.from_json(json.loads(json.dumps(view.fingerprint.to_json()))) == view.fingerprint
 
 
 def test_views_mask_secret_params_and_credentials() -> None:
@@ -177,8 +186,40 @@ def test_views_mask_secret_params_and_credentials() -> None:
                           "proxy": "u:s3cr3tpw@1.2.3.4:80", "cookies": "session=abcdef123", "body": "A" * 5000})
     view = payload_view(raw, Redactor(["sekrit-api-key"]), max_bytes=MAX)
     for secret in ("pw1234", "s3cr3tpw", "abcdef123"):
-        assert secret not in view
-    assert "***@1.2.3.4:80" in view and "(5000 characters)" in view
+        assert secret not in view.text
+    assert "***@1.2.3.4:80" in view.text and "(5000 characters)" in view.text
+    assert view.fingerprint is None and view.excerpt is None, "a JSON object is redacted by meaning"
+
+
+@pytest.mark.parametrize("raw", [
+    b"Cookie: sid=PLANTED-c00kie-v4lue; theme=dark\r\n",  # not JSON: no name to redact by
+    b'["a JSON value, not an object", "PLANTED-c00kie-v4lue"]',
+    b'"PLANTED-c00kie-v4lue"',
+    b"\xff\xfe PLANTED-c00kie-v4lue \x00",  # not UTF-8
+    b'{"id": "x", "params": {"token": "PLANTED-c00kie-v4lue"}' + b" " * MAX,  # an object, but over the limit
+])
+def test_a_payload_that_is_not_a_json_object_keeps_only_its_fingerprint(raw: bytes) -> None:
+    view = payload_view(raw, Redactor(), max_bytes=MAX)
+    assert view.fingerprint is not None and "PLANTED" not in view.text
+    assert view.text == f"({len(raw)} bytes, sha256 {hashlib.sha256(raw).hexdigest()}, bytes seen: " \
+                        f"{', '.join(view.fingerprint.classes)})"
+    assert view.excerpt is not None and "PLANTED-c00kie-v4lue" in view.excerpt, \
+        "the excerpt (kept only in a debugging window) has the bytes: a cookie of no known shape stays"
+
+
+def test_the_fingerprint_names_the_byte_classes_seen() -> None:
+    assert fingerprint(b"").classes == ()
+    assert fingerprint(b"ab c").classes == (ByteClass.PRINTABLE,)
+    assert fingerprint(b"a\tb\n").classes == (ByteClass.PRINTABLE, ByteClass.WHITESPACE)
+    assert fingerprint(b"\x00\x7f").classes == (ByteClass.CONTROL,)
+    assert fingerprint("h\u00e9".encode()).classes == (ByteClass.PRINTABLE, ByteClass.UTF8)
+    assert fingerprint(b"\xe9\r").classes == (ByteClass.WHITESPACE, ByteClass.NOT_UTF8)
+    assert fingerprint("h\u00e9") == fingerprint("h\u00e9".encode()), "str and its UTF-8 bytes are one payload"
+    assert fingerprint(b"x" * 10).size == 10
+
+
+def test_an_excerpt_masks_what_has_a_known_shape_and_is_bounded() -> None:
     garbage = b"\xff proxy=u:s3cr3tpw@10.0.0.1 sekrit-api-key " + b"x" * 10_000
-    view = payload_view(garbage, Redactor(["sekrit-api-key"]), max_bytes=MAX)
-    assert "s3cr3tpw" not in view and "sekrit-api-key" not in view and view.endswith(f"({len(garbage)} bytes)")
+    excerpt = raw_excerpt(garbage, Redactor(["sekrit-api-key"]))
+    assert "s3cr3tpw" not in excerpt and "sekrit-api-key" not in excerpt and "\\xff" in excerpt
+    assert excerpt.endswith(f"... ({len(garbage)} bytes)") and len(excerpt) < EXCERPT_BYTES + 40

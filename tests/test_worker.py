@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -96,6 +97,74 @@ async def test_malformed_payloads_are_dead_lettered_and_the_worker_keeps_going(
     assert letters["TASK_TOO_LARGE"].reason == f"payload is {len(big)} bytes, over the limit of 2048"
     assert await redis.llen(keys.processing) == 0 and await redis.llen(keys.pending) == 0
     assert sim.stats().submitted == 1, "malformed tasks must never reach the API"
+
+
+COOKIE = "c00kie-PLANTED-9f3a"  # a cookie value and a token of no known shape: nothing can redact them by meaning
+TOKEN = "tok3n-PLANTED-51c2"
+UNPARSEABLE = [f"Cookie: sid={COOKIE}; theme=dark\r\nAuthorization: Bearer {TOKEN}".encode(),
+               f'["not an object", "{COOKIE}", "{TOKEN}"]'.encode(),
+               f'{{"id": "half", "params": {{"cookie": "{COOKIE}", "t": "{TOKEN}"'.encode(),  # cut short
+               b"\xff\xfe" + COOKIE.encode() + b"\x00" + TOKEN.encode()]  # not UTF-8
+
+
+async def _holding(redis: Redis, *needles: str) -> list[str]:
+    """Every key whose name or any value (any type) contains one of `needles`."""
+    found = []
+    async for name in redis.scan_iter(count=1000):
+        kind = await redis.type(name)
+        values = ([await redis.get(name)] if kind == "string" else await redis.lrange(name, 0, -1) if kind == "list"
+                  else [*(await redis.hgetall(name)).items()] if kind == "hash"
+                  else await redis.zrange(name, 0, -1) if kind == "zset" else list(await redis.smembers(name)))
+        text = f"{name} {values!r}"
+        if any(n in text for n in needles):
+            found.append(name)
+    return sorted(found)
+
+
+async def _dead_letters_reach(redis: Redis, n: int, within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    while await redis.llen(Keys("captcha").dead) < n:
+        assert time.monotonic() < deadline, f"fewer than {n} dead letters within {within_s} s"
+        await asyncio.sleep(0.05)
+
+
+async def test_dead_letters_of_unparseable_items_keep_a_fingerprint_never_the_bytes(
+        redis: Redis, redis_server: Any, producer: CaptchaQueue) -> None:
+    """Issue 23 item 5: bytes that do not parse cannot be redacted by meaning, so a dead letter keeps their
+    fingerprint; an excerpt only while the operator keeps a debugging window open, and only for that window."""
+    keys, env = Keys("captcha"), {"REDIS_URL": redis_server.url}
+    for raw in UNPARSEABLE:
+        await redis.rpush(keys.pending, raw)
+    async with simulator() as sim, worker(redis_server.url, sim):
+        await _dead_letters_reach(redis, len(UNPARSEABLE), 30)
+        at_rest = await _holding(redis, COOKIE, TOKEN)
+        listing = run_cli("dead-letters", "list", "--json", env=env)
+        opened = run_cli("dead-letters", "keep-raw", "--for", "120", "--json", env=env)
+        for raw in UNPARSEABLE:
+            await redis.rpush(keys.pending, raw)
+        await _dead_letters_reach(redis, 2 * len(UNPARSEABLE), 30)
+        window_ms = await redis.pttl(keys.keep_raw)
+        kept = {k: await redis.pttl(k) async for k in redis.scan_iter(match=keys.raw_prefix + "*")}
+        listing_open = run_cli("dead-letters", "list", "--json", env=env)
+        closed = run_cli("dead-letters", "keep-raw", "--off", "--json", env=env)
+        after = await _holding(redis, COOKIE, TOKEN)
+    assert at_rest == [], "no key holds the planted values after dead-lettering"
+    letters = [json.loads(line) for line in listing.stdout.splitlines()]
+    assert listing.returncode == 0 and COOKIE not in listing.stdout and TOKEN not in listing.stdout
+    by_sha = {d["fingerprint"]["sha256"]: d for d in letters}
+    assert set(by_sha) == {hashlib.sha256(raw).hexdigest() for raw in UNPARSEABLE}
+    for raw in UNPARSEABLE:
+        d = by_sha[hashlib.sha256(raw).hexdigest()]
+        assert d["fingerprint"]["bytes"] == len(raw) and d["code"] == "INVALID_JSON" and "excerpt" not in d
+    assert json.loads(opened.stdout)["open"] is True
+    assert len(kept) == len(UNPARSEABLE) and all(0 < ttl <= window_ms + 50 for ttl in kept.values()), \
+        f"each excerpt lives until the window ends, no longer: {kept} (window {window_ms} ms)"
+    excerpts = [d["excerpt"] for d in map(json.loads, listing_open.stdout.splitlines()) if "excerpt" in d]
+    assert len(excerpts) == 2 * len(UNPARSEABLE) and any(COOKIE in e for e in excerpts), \
+        "the window shows the bytes (of the letters before it too: the same payloads, the same fingerprints)"
+    assert json.loads(closed.stdout) == {"open": False, "seconds_left": None, "excerpts_deleted": len(UNPARSEABLE)}
+    assert after == [], "the window closed: no key holds the planted values again"
+    assert sim.stats().submitted == 0
 
 
 async def test_a_task_past_its_deadline_is_expired_without_calling_the_api(

@@ -46,6 +46,8 @@ T = TypeVar("T")
 #: while interrupted, how often the command is cancelled again (redis-py can lose a cancel that lands while it
 #: connects or reads a reply: `wait` then went on until its own timeout)
 RECANCEL_S = 0.1
+#: the longest debugging window `dead-letters keep-raw --for` opens (a day: it is for a debugging session)
+KEEP_RAW_MAX_S = 86_400
 
 
 def run_command(main: Coroutine[Any, Any, T]) -> T:
@@ -457,24 +459,54 @@ async def _dead_letters(ns: argparse.Namespace) -> int:
             purged = await q.purge_dead()
             print(json.dumps({"purged": purged}) if ns.json else f"purged {purged} dead letters")
             return EXIT_OK
+        if ns.action == "keep-raw":
+            return await _keep_raw(q.queue, ns)
         letters = await q.dead_letters(0, ns.limit if ns.action == "list" else 1_000_000)
         if ns.action == "list":
             for d in letters:
-                _print_dead_letter(d, as_json=ns.json, max_bytes=q.max_task_bytes)
+                excerpt = await q.queue.excerpt(d.fingerprint.sha256) if d.fingerprint else None
+                _print_dead_letter(d, as_json=ns.json, max_bytes=q.max_task_bytes, excerpt=excerpt)
             return EXIT_OK
         return await _requeue(q, ns, letters)
 
 
-def _print_dead_letter(d: DeadLetter, *, as_json: bool, max_bytes: int) -> None:
-    """One dead letter; the payload only as its redacted view (entries of older versions are redacted here)."""
-    view, legacy = d.view, d.legacy_body or d.legacy_raw
+def _print_dead_letter(d: DeadLetter, *, as_json: bool, max_bytes: int, excerpt: str | None) -> None:
+    """One dead letter; the payload only as its redacted view or its fingerprint (entries of older versions are
+    shown so here), and the excerpt a debugging window kept, while it lasts."""
+    view, fp, legacy = d.view, d.fingerprint, d.legacy_body or d.legacy_raw
     if view is None and legacy:
-        view = payload_view(legacy, log.redact, max_bytes=max_bytes)
+        old = payload_view(legacy, log.redact, max_bytes=max_bytes)
+        view, fp = old.text, old.fingerprint
     if as_json:
-        print(json.dumps({"id": d.id, "code": d.code, "reason": d.reason, "attempts": d.attempts, "at": d.at,
-                          "payload": view}))
+        data: dict[str, Any] = {"id": d.id, "code": d.code, "reason": d.reason, "attempts": d.attempts, "at": d.at,
+                                "payload": view, "fingerprint": fp.to_json() if fp else None}
+        if excerpt is not None:
+            data["excerpt"] = excerpt
+        print(json.dumps(data))
     else:
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(d.at))}  {d.id or '-':<34} {d.code:<22} {d.reason}")
+
+
+async def _keep_raw(q: RedisQueue, ns: argparse.Namespace) -> int:
+    """The debugging window: open it for --for seconds, close it (--off: its excerpts deleted), or say how it
+    stands."""
+    deleted = None
+    if ns.off:
+        deleted = await q.close_raw_window()
+    elif ns.seconds is not None:
+        if not 1 <= ns.seconds <= KEEP_RAW_MAX_S:
+            raise UsageError(f"--for must be 1-{KEEP_RAW_MAX_S} seconds")
+        await q.open_raw_window(ns.seconds)
+    left = await q.raw_window()
+    if ns.json:
+        print(json.dumps({"open": left is not None, "seconds_left": left, "excerpts_deleted": deleted}))
+    elif left is not None:
+        print(f"queue {q.keys.queue}: excerpts of payloads dead-lettered as fingerprints are kept for "
+              f"{left:.0f} s more (each until the window ends)")
+    else:
+        print(f"queue {q.keys.queue}: no debugging window; dead letters keep fingerprints only"
+              + (f" ({deleted} excerpts deleted)" if deleted is not None else ""))
+    return EXIT_OK
 
 
 async def _requeue(q: CaptchaQueue, ns: argparse.Namespace, letters: list[DeadLetter]) -> int:
@@ -657,6 +689,14 @@ def _add_dead_letter_commands(sub: Subparsers) -> None:
     q = dl.add_parser("requeue", help="put dead letters back on the queue (attempts reset)")
     q.add_argument("ids", nargs="*", metavar="ID")
     q.add_argument("--all", action="store_true")
+    q.add_argument("--json", action="store_true")
+    _add_producer_args(q)
+    q = dl.add_parser("keep-raw", help="a debugging window: while it is open, a payload dead-lettered as a "
+                                       "fingerprint keeps a redacted excerpt too, until the window ends")
+    how = q.add_mutually_exclusive_group()
+    how.add_argument("--for", dest="seconds", type=int, metavar="SECONDS",
+                     help=f"open (or move) the window to end SECONDS from now (at most {KEEP_RAW_MAX_S})")
+    how.add_argument("--off", action="store_true", help="close it and delete the excerpts it kept")
     q.add_argument("--json", action="store_true")
     _add_producer_args(q)
     q = dl.add_parser("purge", help="delete every dead letter")

@@ -59,7 +59,7 @@ from captcha_worker.queue import (
     is_raw_item,
     item_ref,
 )
-from captcha_worker.task import Invalid, Result, Status, Task, Timings, parse_task, payload_view
+from captcha_worker.task import Invalid, PayloadView, Result, Status, Task, Timings, parse_task, payload_view
 
 log = logging.getLogger("captcha_worker.worker")
 T = TypeVar("T")
@@ -255,7 +255,7 @@ class JobRunner:
             metrics.TASKS.labels(metrics.kind_label(parsed.kind.name), "duplicate").inc()
             event(log, "task_duplicate", id=parsed.id, why="a raw push of a known id: the existing task stands")
 
-    def _view(self, payload: Text) -> str:
+    def _view(self, payload: Text) -> PayloadView:
         return payload_view(payload, logs.redact, max_bytes=self.cfg.max_task_bytes)
 
     # -- solve ------------------------------------------------------------------------------------------------
@@ -348,9 +348,10 @@ class JobRunner:
               attempts=job.attempt, api_calls=full.api_calls, seconds=round(time.time() - job.claimed_at, 3))
 
     async def _bury(self, job: Job, reason: str, code: str, *, task_id: str | None, reply_to: str | None,
-                    view: str | None, status: Status = Status.ERROR, raw: bool = False) -> None:
+                    view: PayloadView | None, status: Status = Status.ERROR, raw: bool = False) -> None:
         """Dead-letter the job's item; `view` is already redacted. With a task id, its producer gets a result
-        with this code (`raw`: only when no task of that id exists, see RedisQueue.bury)."""
+        with this code (`raw`: only when no task of that id exists, see RedisQueue.bury). A payload kept only as
+        its fingerprint has its excerpt kept too while the operator's debugging window is open."""
         entry = dead_entry(reason=reason, code=code, task_id=task_id, view=view, attempts=job.attempt,
                            worker_deaths=job.deaths)
         result = None
@@ -365,6 +366,8 @@ class JobRunner:
                                      hold_s=job.hold_s())
         if done is None or not done[0]:
             return  # no longer ours (a reaper took it back after a stall): its next claim settles it
+        if view is not None and view.fingerprint is not None and view.excerpt is not None:
+            await self.host.redis("keep_raw", q.keep_excerpt, view.fingerprint.sha256, view.excerpt)
         metrics.TASKS.labels(job.kind_label, "dead_lettered").inc()
         metrics.DEAD_LETTERS.labels(metrics.dead_letter_label(code)).inc()
         event(log, "task_dead_lettered", logging.WARNING, id=task_id, code=code, reason=reason,

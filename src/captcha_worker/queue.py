@@ -43,7 +43,13 @@ key                        type    meaning
                                    ``TASK_TTL_SECONDS``.
 ``{q}:dead``               list    Dead letters, newest first: JSON ``{id, reason, code, attempts,
                                    worker_deaths, at, view}``; ``view`` is a redacted, bounded view of the
-                                   payload (no secret in clear). Capped (LTRIM).
+                                   payload (no secret in clear): a JSON object redacted by meaning, anything
+                                   else only as its ``fingerprint`` ``{sha256, bytes, classes}``. Capped (LTRIM).
+``{q}:keep-raw``           string  The operator's debugging window (``dead-letters keep-raw``): while it exists
+                                   (its TTL is the window), a payload dead-lettered as a fingerprint also
+                                   keeps a redacted excerpt. Absent by default.
+``{q}:raw:<sha256>``       string  That excerpt, of the payload with this fingerprint; TTL the rest of the
+                                   window (``keep-raw --off`` deletes them all).
 ``{q}:budget``             zset    Plan-thread budget: ``t:<task id>`` -> expiry, one unit per solve that may
                                    be running at CaptchaAI (``budget``: taken by the claim, held past a
                                    worker's death or drain while the API may still be solving).
@@ -160,7 +166,7 @@ from captcha_worker.connection import (
     note_redirect,
     on_slot_connection,
 )
-from captcha_worker.task import MAX_ID_LENGTH, Result, valid_task_id
+from captcha_worker.task import MAX_ID_LENGTH, Fingerprint, PayloadView, Result, valid_task_id
 
 T = TypeVar("T")
 #: a value read from Redis as it is stored: decoded when it is valid UTF-8, else the bytes themselves
@@ -727,6 +733,17 @@ class Keys:
         return self._k("dead")
 
     @property
+    def keep_raw(self) -> str:
+        return self._k("keep-raw")
+
+    @property
+    def raw_prefix(self) -> str:
+        return self._k("raw:")
+
+    def raw(self, sha256: str) -> str:
+        return self.raw_prefix + sha256
+
+    @property
     def budget(self) -> str:
         return self._k("budget")
 
@@ -1005,10 +1022,11 @@ class DeadLetter:
     code: str
     attempts: int
     at: float
-    view: str | None  # a redacted, bounded view of the payload
+    view: str | None  # a redacted, bounded view of the payload (a fingerprint's summary for one not an object)
     legacy_body: str | None = None  # entries written before views existed held the body in clear...
     legacy_raw: str | None = None  # ... or the raw payload
     worker_deaths: int = 0
+    fingerprint: Fingerprint | None = None  # a payload that is not a JSON object: all that is kept of it
 
     @staticmethod
     def parse(raw: Text) -> DeadLetter:
@@ -1020,22 +1038,33 @@ class DeadLetter:
                               code=str(data.get("code", "")), attempts=int(data.get("attempts", 0)),
                               at=float(data.get("at", 0)), view=_opt_str(data.get("view")),
                               legacy_body=_opt_str(data.get("body")), legacy_raw=_opt_str(data.get("raw")),
-                              worker_deaths=int(data.get("worker_deaths", 0)))
+                              worker_deaths=int(data.get("worker_deaths", 0)),
+                              fingerprint=Fingerprint.from_json(data.get("fingerprint")))
         except (ValueError, TypeError):
             return DeadLetter(raw=raw, id=None, reason="unreadable dead-letter entry", code="", attempts=0, at=0.0,
                               view=None)
+
+
+def _glob_escape(text: str) -> str:
+    """`text` matched literally in a SCAN pattern (a queue name may hold glob characters)."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 def _opt_str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def dead_entry(*, reason: str, code: str, task_id: str | None, view: str | None, attempts: int,
+def dead_entry(*, reason: str, code: str, task_id: str | None, view: str | PayloadView | None, attempts: int,
                worker_deaths: int = 0) -> str:
-    """A dead-letter entry. `view` must already be redacted (task.payload_view)."""
+    """A dead-letter entry. `view` must already be redacted (task.payload_view); of a PayloadView the entry keeps
+    the text and the fingerprint, never the excerpt (``RedisQueue.keep_excerpt``)."""
     data: dict[str, Any] = {"id": task_id, "reason": reason, "code": code, "attempts": attempts,
                             "worker_deaths": worker_deaths, "at": time.time()}
-    if view is not None:
+    if isinstance(view, PayloadView):
+        data["view"] = view.text
+        if view.fingerprint is not None:
+            data["fingerprint"] = view.fingerprint.to_json()
+    elif view is not None:
         data["view"] = view
     return json.dumps(data, separators=(",", ":"))
 
@@ -1401,6 +1430,36 @@ class RedisQueue:
         done = int(await self._requeue_dead(keys=[k.dead, k.pending, k.task(tid), k.result(tid)],
                                             args=[letter.raw, item, mode, ttl, body]))
         return None if done < 0 else bool(done)
+
+    # the debugging window: excerpts of fingerprinted payloads, kept only while the operator asks
+    async def keep_excerpt(self, sha256: str, excerpt: str) -> bool:
+        """While a debugging window is open (``{q}:keep-raw``), keep the redacted excerpt of the payload with this
+        fingerprint for the rest of the window; else nothing. True when kept."""
+        left_ms = int(await as_awaitable(self.redis.pttl(self.keys.keep_raw)))
+        if left_ms <= 0:  # -2: no window; -1 (a window without a TTL) is never written: keep nothing then
+            return False
+        return bool(await as_awaitable(self.redis.set(self.keys.raw(sha256), excerpt, px=left_ms)))
+
+    async def open_raw_window(self, seconds: int) -> None:
+        """Open (or move the end of) the debugging window: `seconds` from now."""
+        await as_awaitable(self.redis.set(self.keys.keep_raw, str(int(time.time()) + seconds), ex=seconds))
+
+    async def close_raw_window(self) -> int:
+        """Close the window and delete every excerpt it kept; returns how many were deleted."""
+        await as_awaitable(self.redis.delete(self.keys.keep_raw))
+        names = [n async for n in self.redis.scan_iter(match=_glob_escape(self.keys.raw_prefix) + "*", count=1000)]
+        for i in range(0, len(names), 500):  # one slot (the hash tag): a multi-key DEL is fine on a Cluster
+            await as_awaitable(self.redis.delete(*names[i:i + 500]))
+        return len(names)
+
+    async def raw_window(self) -> float | None:
+        """Seconds left in the debugging window; None when it is closed."""
+        left_ms = int(await as_awaitable(self.redis.pttl(self.keys.keep_raw)))
+        return left_ms / 1000 if left_ms > 0 else None
+
+    async def excerpt(self, sha256: str) -> str | None:
+        """The excerpt a debugging window kept of the payload with this fingerprint, while it lasts."""
+        return _str_or_none(await as_awaitable(self.redis.get(self.keys.raw(sha256))))
 
     async def purge_dead(self) -> int:
         async with self.redis.pipeline(transaction=True) as pipe:

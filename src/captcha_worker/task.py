@@ -15,6 +15,7 @@ returns :class:`Invalid` with a reason that ends up in the dead-letter entry and
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 import json
 import math
@@ -226,22 +227,112 @@ def _short(value: str, limit: int = 40) -> str:
 # -- safe views of payloads (dead letters, CLI output) ------------------------------------------------------
 VIEW_MAX = 2048  # characters of a payload view kept in a dead letter
 _VALUE_MAX = 200  # characters of one string value kept in a view
-_EXCERPT_BYTES = 256  # bytes of an undecodable payload kept in a view
+EXCERPT_BYTES = 2048  # bytes of a payload that is not a JSON object kept in a debugging window's excerpt
 
 
-def payload_view(payload: bytes | str, redact: Callable[[str], str], *, max_bytes: int) -> str:
-    """What a dead letter may keep of a payload: secret params masked (proxy keeps its host), long values cut,
-    then `redact` (the log redactor: registered secrets, ``user:pass@`` anywhere), then at most VIEW_MAX
-    characters. A payload that is not JSON is kept as a short excerpt, redacted the same way."""
+class ByteClass(enum.StrEnum):
+    """The classes of bytes a fingerprint says were seen (what an operator needs to tell an encoding bug from a
+    truncated body from binary garbage, without the bytes)."""
+
+    PRINTABLE = "printable"  # ASCII 0x20-0x7e
+    WHITESPACE = "whitespace"  # tab, newline, carriage return
+    CONTROL = "control"  # the other ASCII control bytes, 0x7f included
+    UTF8 = "non-ascii utf-8"  # bytes >= 0x80, and the payload is valid UTF-8
+    NOT_UTF8 = "non-ascii not utf-8"  # bytes >= 0x80, and the payload is not valid UTF-8
+
+
+_PRINTABLE = bytes(range(0x20, 0x7F))
+_WHITESPACE = b"\t\n\r"
+_ASCII = bytes(range(0x80))
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a dead letter keeps of a payload that is not a JSON object: its SHA-256, its length and the byte
+    classes seen. Never the bytes: what does not parse cannot be redacted by meaning."""
+
+    sha256: str
+    size: int
+    classes: tuple[ByteClass, ...]
+
+    def text(self) -> str:
+        return f"({self.size} bytes, sha256 {self.sha256}, bytes seen: {', '.join(self.classes) or 'none'})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "bytes": self.size, "classes": [c.value for c in self.classes]}
+
+    @staticmethod
+    def from_json(data: object) -> Fingerprint | None:
+        """A fingerprint as a dead letter stores it; None for anything else."""
+        try:
+            if not isinstance(data, dict) or not isinstance(data["sha256"], str) or len(data["sha256"]) != 64:
+                return None
+            return Fingerprint(data["sha256"], int(data["bytes"]), tuple(ByteClass(c) for c in data["classes"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def fingerprint(payload: bytes | str) -> Fingerprint:
+    raw = _as_bytes(payload)
+    seen: list[ByteClass] = []
+    rest = raw.translate(None, _PRINTABLE)
+    if len(rest) < len(raw):
+        seen.append(ByteClass.PRINTABLE)
+    ascii_rest = rest.translate(None, _WHITESPACE)
+    if len(ascii_rest) < len(rest):
+        seen.append(ByteClass.WHITESPACE)
+    high = ascii_rest.translate(None, _ASCII)
+    if len(high) < len(ascii_rest):
+        seen.append(ByteClass.CONTROL)
+    if high:
+        seen.append(ByteClass.UTF8 if _utf8(raw) else ByteClass.NOT_UTF8)
+    return Fingerprint(hashlib.sha256(raw).hexdigest(), len(raw), tuple(seen))
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _as_bytes(payload: bytes | str) -> bytes:
+    return payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
+
+
+@dataclass(frozen=True)
+class PayloadView:
+    """What a dead letter keeps of a payload. A JSON object is redacted by meaning (``text``: secret params
+    masked); anything else only as its ``fingerprint`` (``text`` is its summary). ``excerpt``: the redacted head
+    of such a payload, which is stored only while the operator keeps a debugging window open
+    (``dead-letters keep-raw``), and only for that window."""
+
+    text: str
+    fingerprint: Fingerprint | None = None
+    excerpt: str | None = None
+
+
+def payload_view(payload: bytes | str, redact: Callable[[str], str], *, max_bytes: int) -> PayloadView:
+    """What a dead letter may keep of a payload. A JSON object: secret params masked (proxy keeps its host), long
+    values cut, then `redact` (the log redactor: registered secrets, ``user:pass@`` anywhere), then at most
+    VIEW_MAX characters. Anything else (not JSON, not UTF-8, too large, a JSON value that is not an object, with
+    no names to redact by): its fingerprint, and an excerpt for a debugging window (``raw_excerpt``)."""
     data = decode_json(payload, max_bytes=max_bytes)
-    if not isinstance(data, Invalid):
-        text = _JSON.encode(_masked(data))
-    else:
-        raw = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
-        head = raw[: 16 * _EXCERPT_BYTES].decode("utf-8", "backslashreplace")
-        masked = _SECRET_FIELD.sub(lambda m: (m.group(1) or m.group(2)) + "***", head)
-        text = redact(masked)[:_EXCERPT_BYTES] + (f"... ({len(raw)} bytes)" if len(raw) > _EXCERPT_BYTES else "")
-    return redact(text)[:VIEW_MAX]
+    if isinstance(data, dict):
+        return PayloadView(redact(_JSON.encode(_masked(data)))[:VIEW_MAX])
+    fp = fingerprint(payload)
+    return PayloadView(fp.text(), fp, raw_excerpt(payload, redact))
+
+
+def raw_excerpt(payload: bytes | str, redact: Callable[[str], str]) -> str:
+    """The head of a payload as text (bytes that are not UTF-8 escaped), secret fields shaped ``"name": "..."``
+    and ``name=...`` masked, then `redact`: what a debugging window keeps. Only a pattern can be masked here:
+    a secret of another shape stays, which is why it is kept only while the operator asks for it."""
+    raw = _as_bytes(payload)
+    head = raw[:EXCERPT_BYTES].decode("utf-8", "backslashreplace")
+    masked = redact(_SECRET_FIELD.sub(lambda m: (m.group(1) or m.group(2)) + "***", head))
+    return masked + (f"... ({len(raw)} bytes)" if len(raw) > EXCERPT_BYTES else "")
 
 
 def _masked(value: object, name: str = "") -> object:

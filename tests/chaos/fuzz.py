@@ -61,12 +61,14 @@ def _bad_task(rng: random.Random, limit: int) -> bytes:
 
 
 def _secrets(rng: random.Random, limit: int) -> bytes:
-    """Invalid tasks (unknown method) holding secrets, as JSON, as truncated JSON and as plain text."""
+    """Invalid tasks (unknown method) holding secrets, as JSON, as truncated JSON and as plain text (a secret in a
+    known shape, and a cookie and a bearer token of no shape a pattern could mask: issue 23, item 5)."""
     task = {"id": f"sec{rng.getrandbits(40)}", "method": "no_such_method",
             "params": {"proxy": f"bob:{PLANTED}@10.0.0.1:3128", "cookies": f"session={PLANTED}; a=b",
                        "pageurl": f"https://alice:{PLANTED}@example.com/login"}}
     text = json.dumps(task)
-    return rng.choice([text, text[:-3], f"\xff proxy=bob:{PLANTED}@10.0.0.1 cookies={PLANTED}"]).encode(
+    return rng.choice([text, text[:-3], f"\xff proxy=bob:{PLANTED}@10.0.0.1 cookies={PLANTED}",
+                       f"Cookie: sid={PLANTED}; theme=dark\r\nAuthorization: Bearer x{PLANTED}"]).encode(
         "utf-8", "surrogateescape")
 
 
