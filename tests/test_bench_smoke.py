@@ -184,3 +184,18 @@ def test_the_demo_table_parses() -> None:
              "| API calls / solve   | 5.14 (in.php + res.php, simulator count) |\n"
              "| plan utilisation    | 69 % of thread-time busy while the demo ran |\n")
     assert parse(table) == {"throughput": 13.4, "API calls / solve": 5.14, "plan utilisation": 69.0}
+
+
+def test_p1_commands_charges_every_command_to_its_script() -> None:
+    """bench.p1_commands (where P1's per-task commands go): MONITOR's count agrees with INFO commandstats, and
+    what runs inside scripts is charged to the claim and the ACK by name, not left unattributed."""
+    from bench import p1_commands  # noqa: PLC0415 - needs the bench's imports only here
+
+    redis_server_binary()
+    d = p1_commands.run(300, 10)
+    assert abs(d["commands_per_task"] - d["commandstats_commands_per_task"]) < 0.05, d
+    scripts = d["scripts"]
+    assert {"RedisQueue._claim", "RedisQueue._ack"} <= scripts.keys(), scripts.keys()
+    assert not [name for name in scripts if not name.startswith(("RedisQueue.", "Budget."))], scripts.keys()
+    assert scripts["RedisQueue._claim"]["by_command"]["lmove"] >= 1.0  # every task moved by a claim
+    assert scripts["RedisQueue._ack"]["by_command"]["lrem"] >= 1.0  # every task acked once

@@ -20,7 +20,6 @@ never over-committed and the next owner resumes that solve under the same unit.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import time
@@ -319,12 +318,15 @@ class JobRunner:
     # -- outcomes ---------------------------------------------------------------------------------------------
     def _full_result(self, job: Job, task: Task | None, result: Result, solved_at: float | None) -> Result:
         kind, stats = (task.kind if task else None), job.stats
-        return dataclasses.replace(
-            result, kind=kind.name if kind else None, attempts=job.attempt, api_calls=stats.api_calls,
-            worker_deaths=job.deaths,
+        # built field by field rather than with dataclasses.replace, which reads the fields anew per task (P1)
+        return Result(
+            result.id, result.status, kind=kind.name if kind else None, solution=result.solution,
+            user_agent=result.user_agent, code=result.code, text=result.text, attempts=job.attempt,
+            api_calls=stats.api_calls,
             timings=Timings(submitted_at=task.submitted_at if task else None, claimed_at=job.claimed_at,
                             started_at=stats.started_at, solved_at=solved_at, finished_at=time.time()),
             token_lifetime_s=kind.token_lifetime_s if kind and result.status is Status.SOLVED else None,
+            captcha_id=result.captcha_id, worker_deaths=job.deaths,
         )
 
     async def _finish(self, job: Job, task: Task, result: Result, solved_at: float | None = None) -> None:

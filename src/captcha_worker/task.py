@@ -147,14 +147,20 @@ def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None
 
 def decode_json(payload: bytes | str, *, max_bytes: int) -> object:
     """The decoded JSON value of a payload, or Invalid: too large, not UTF-8, nested too deep, not JSON."""
-    raw = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
-    if len(raw) > max_bytes:
-        return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code=Code.TASK_TOO_LARGE)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return Invalid(f"payload is not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start})",
-                       code=Code.INVALID_JSON)
+    if isinstance(payload, str) and payload.isascii():  # the common case: its UTF-8 is itself, one byte a char
+        if len(payload) > max_bytes:
+            return Invalid(f"payload is {len(payload)} bytes, over the limit of {max_bytes}",
+                           code=Code.TASK_TOO_LARGE)
+        text = payload
+    else:
+        raw = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
+        if len(raw) > max_bytes:
+            return Invalid(f"payload is {len(raw)} bytes, over the limit of {max_bytes}", code=Code.TASK_TOO_LARGE)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return Invalid(f"payload is not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start})",
+                           code=Code.INVALID_JSON)
     if nesting_depth(text) > MAX_DEPTH:
         return Invalid(f"payload nests deeper than {MAX_DEPTH} levels", code=Code.INVALID_JSON)
     try:
