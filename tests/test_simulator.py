@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64 as b64
+import dataclasses
 import io
 import json
 import logging
@@ -886,7 +887,7 @@ def test_config_from_args_defaults_and_values() -> None:
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
-    (["--latency", "hcaptcha=1:1"], "hcaptcha"),
+    (["--latency", "funcaptcha=1:1"], "funcaptcha"),
     (["--latency", "turnstile=abc"], "turnstile"),
     (["--latency", "turnstile=-1:1"], "turnstile"),
     (["--latency", "turnstile"], "--latency"),
@@ -935,3 +936,57 @@ async def test_serve_prints_its_url_and_stops_when_cancelled(session: aiohttp.Cl
     with pytest.raises(aiohttp.ClientConnectionError):
         await Api(session, match.group(0)).res("threadsinfo")
 
+
+
+# -- billing profiles (issue 27) ----------------------------------------------------------------------------
+HCAPTCHA_FIELDS = {"method": "hcaptcha", "sitekey": "a5f74b19-9e45-40e0-b45d-47ff91b7a6c2",
+                   "pageurl": "https://example.com/signup"}
+
+
+async def test_captchaai_profile_refuses_a_kind_it_lacks_and_charges_nothing(session: aiohttp.ClientSession) -> None:
+    async with SimulatorServer(SimConfig(speed=FAST)) as srv:
+        api = Api(session, srv.url)
+        refused = await api.call("in.php", HCAPTCHA_FIELDS)
+        assert (refused.json["status"], refused.request) == (0, "ERROR_BAD_PARAMETERS")
+        await api.wait(await submit_ok(api, kind_params(methods.by_name("turnstile"))))
+        st = srv.stats()
+        assert (st.profile, st.charged_micro, st.charges, st.submitted) == ("captchaai", 0, 0, 1)
+        assert (await api.res("getbalance")).request == "10.0"
+
+
+async def test_per_solve_profile_charges_each_answered_solve_from_the_balance(session: aiohttp.ClientSession) -> None:
+    """2captcha profile, price 1.45 per 1,000 (hcaptcha 3.00): every accepted solvable submission is charged once,
+    an UNSOLVABLE one never, getbalance moves by the charges, and a submission the balance cannot pay is
+    ERROR_ZERO_BALANCE (nothing charged, nothing started)."""
+    cfg = SimConfig(speed=FAST, profile="2captcha", prices={"hcaptcha": 3000}, balance=0.01)  # type: ignore[arg-type]
+    async with SimulatorServer(cfg) as srv:
+        api = Api(session, srv.url)
+        h = await api.call("in.php", HCAPTCHA_FIELDS)
+        assert h.json["status"] == 1, h.text
+        assert (await api.wait(h.request)).json["status"] == 1
+        await api.wait(await submit_ok(api, kind_params(methods.by_name("turnstile"))))
+        st = srv.stats()
+        assert (st.charges, st.charged_micro, st.balance_micro) == (2, 3000 + 1450, 10_000 - 4450)
+        assert (await api.res("getbalance")).request == str((10_000 - 4450) / 1_000_000)
+        srv.simulator.reconfigure(dataclasses.replace(srv.simulator.config, faults=Faults(unsolvable=1.0)))
+        u = await api.call("in.php", HCAPTCHA_FIELDS)
+        assert (await api.wait(u.request)).json["request"] == "ERROR_CAPTCHA_UNSOLVABLE"
+        assert srv.stats().charged_micro == 4450, "UNSOLVABLE is not charged"
+        srv.simulator.reconfigure(dataclasses.replace(srv.simulator.config, faults=Faults()))
+        # 5550 left: one more hcaptcha (3000), then 2550 cannot pay 3000
+        assert (await api.call("in.php", HCAPTCHA_FIELDS)).json["status"] == 1
+        broke = await api.call("in.php", HCAPTCHA_FIELDS)
+        assert (broke.json["status"], broke.request) == (0, "ERROR_ZERO_BALANCE")
+        st = srv.stats()
+        assert (st.charges, st.charged_micro, st.balance_micro, st.submitted) == (3, 7450, 2550, 4)
+
+
+def test_profile_and_price_flags() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfg = config_from_args(parser.parse_args(["--profile", "anticaptcha", "--price", "hcaptcha=2.125"]))
+    assert (cfg.profile.value, cfg.price_micro(methods.foreign_kind("hcaptcha")),  # type: ignore[arg-type]
+            cfg.price_micro(methods.by_name("turnstile"))) == ("anticaptcha", 2125, 2000)
+    for bad in (["--profile", "deathbycaptcha"], ["--price", "hcaptcha=1.0005"], ["--price", "nope=1"]):
+        with pytest.raises(ValueError):
+            config_from_args(parser.parse_args(bad))

@@ -223,3 +223,18 @@ def test_an_excerpt_masks_what_has_a_known_shape_and_is_bounded() -> None:
     excerpt = raw_excerpt(garbage, Redactor(["sekrit-api-key"]))
     assert "s3cr3tpw" not in excerpt and "sekrit-api-key" not in excerpt and "\\xff" in excerpt
     assert excerpt.endswith(f"... ({len(garbage)} bytes)") and len(excerpt) < EXCERPT_BYTES + 40
+
+
+def test_a_foreign_kind_is_accepted_only_where_a_provider_takes_it() -> None:
+    """hcaptcha (methods.FOREIGN_KINDS): UNSUPPORTED_METHOD as always, unless `foreign` names it (the workers' and
+    producers' PROVIDERS kinds); then its own params are required, and funcaptcha stays unsupported."""
+    raw = payload(method="hcaptcha")
+    plain = parse_task(raw, max_bytes=MAX)
+    assert isinstance(plain, Invalid) and plain.code == "UNSUPPORTED_METHOD"
+    task = parse_task(raw, max_bytes=MAX, foreign={"hcaptcha"})
+    assert not isinstance(task, Invalid) and task.kind.name == "hcaptcha" and not task.kind.captchaai
+    missing = parse_task(payload(method="hcaptcha", params={"sitekey": "s"}), max_bytes=MAX, foreign={"hcaptcha"})
+    assert isinstance(missing, Invalid) and missing.code == "ERROR_PAGEURL"
+    other = parse_task(payload(method="funcaptcha"), max_bytes=MAX, foreign={"hcaptcha"})
+    assert isinstance(other, Invalid) and other.code == "UNSUPPORTED_METHOD"
+    assert all(k.captchaai for k in methods.KINDS) and not methods.foreign_kind("turnstile")

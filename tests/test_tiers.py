@@ -38,6 +38,7 @@ TIERS: dict[str, str] = {
     "tests/test_pingback_processes.py": FAST,
     "tests/test_planner.py": FAST,  # but for MIXED's 90 s run
     "tests/test_processes.py": FAST,  # worker processes (~35 s)
+    "tests/test_routing.py": INTEGRATION,  # workers routing to a provider: 2 simulator processes (~60 s)
     "tests/test_producer.py": FAST,  # the producer library against a stack (~60 s)
     "tests/test_queue.py": FAST,
     "tests/test_races.py": FAST,

@@ -102,6 +102,8 @@ class Solved(_Outcome):
     api_calls: int
     token_lifetime_s: float | None
     captcha_id: str | None = None  # CaptchaAI's id of the solve (CaptchaQueue.report_bad / report_good use it)
+    provider: str | None = None  # the overflow provider that solved it (None: CaptchaAI, the plan)
+    cost: str | None = None  # what that provider charged, as a decimal string of money ("0.00145")
 
     @property
     def token(self) -> str:
@@ -163,7 +165,7 @@ def outcome_of(result: Result) -> Solved | Failed | Expired:
     if result.status is Status.SOLVED:
         return Solved(**base, solution=result.solution or "", kind=result.kind, user_agent=result.user_agent,
                       api_calls=result.api_calls, token_lifetime_s=result.token_lifetime_s,
-                      captcha_id=result.captcha_id)
+                      captcha_id=result.captcha_id, provider=result.provider, cost=result.cost)
     if result.status is Status.EXPIRED:
         return Expired(**base, code=result.code or Code.EXPIRED, text=result.text or "")
     return Failed(**base, code=result.code or Code.ERROR, text=result.text or "")
@@ -221,8 +223,11 @@ class CaptchaQueue:
     def __init__(self, redis: Client, *, queue: str = DEFAULT_QUEUE, producer_id: str | None = None,
                  task_ttl: int = DEFAULT_TASK_TTL, max_task_bytes: int = DEFAULT_MAX_TASK_BYTES,
                  owns_redis: bool = False, display_url: str = "redis", submit_retry_s: float = SUBMIT_RETRY_S,
-                 wait_replicas: int = 0, wait_timeout_ms: int = 500) -> None:
+                 wait_replicas: int = 0, wait_timeout_ms: int = 500, overflow_kinds: Iterable[str] = ()) -> None:
         self.redis = redis
+        #: kinds CaptchaAI lacks that the workers' PROVIDERS take (``methods.FOREIGN_KINDS``, e.g. "hcaptcha"):
+        #: accepted here; any other such kind is refused at submit with UNSUPPORTED_METHOD, as the workers would
+        self.overflow_kinds = frozenset(overflow_kinds)
         self.queue = RedisQueue(redis, queue, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
         self.producer_id = producer_id or new_producer_id()
         self.task_ttl = task_ttl
@@ -301,7 +306,7 @@ class CaptchaQueue:
         Returns the task and its JSON body (encoded once)."""
         data = {"id": task_id, "method": method, "params": dict(params), "submitted_at": now,
                 "reply_to": self.producer_id, "deadline": _deadline(deadline, now)}
-        task = make_task(data, now=now)
+        task = make_task(data, now=now, foreign=self.overflow_kinds)
         if isinstance(task, Invalid):
             raise InvalidTask(task.reason, task.code)
         body = task.body()

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from captcha_worker import log as logs
-from captcha_worker import metrics
+from captcha_worker import methods, metrics
 from captcha_worker.budget import stray_unit
 from captcha_worker.captchaai import (
     FatalApiError,
@@ -43,9 +43,10 @@ from captcha_worker.captchaai import (
     describe,
 )
 from captcha_worker.codes import Code
-from captcha_worker.config import WorkerConfig
+from captcha_worker.config import ProviderConfig, WorkerConfig
 from captcha_worker.log import event
 from captcha_worker.methods import Kind
+from captcha_worker.overflow import OverCap, Overflow, PaidSolution
 from captcha_worker.queue import (
     Ack,
     Claimed,
@@ -58,6 +59,7 @@ from captcha_worker.queue import (
     is_raw_item,
     item_ref,
 )
+from captcha_worker.spend import money
 from captcha_worker.task import Invalid, PayloadView, Result, Status, Task, Timings, parse_task, payload_view
 
 log = logging.getLogger("captcha_worker.worker")
@@ -65,6 +67,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 REPLY_TTL_S = 300
+_CAP_RETRY_S, _CAP_RETRY_MAX_S = 0.5, 5.0  # a task the spend cap refused tries again after this, doubling
 
 
 class Api(Protocol):
@@ -99,6 +102,18 @@ class Host(Protocol):
 
     def phase_name(self) -> str: ...
 
+    @property
+    def overflow(self) -> Overflow | None: ...
+
+    @property
+    def foreign_kinds(self) -> frozenset[str]: ...
+
+    def route(self, task: Task, job: Job) -> ProviderConfig | None: ...
+
+    def provider_slot(self, provider: str) -> asyncio.Semaphore: ...
+
+    async def drop_unit(self, job: Job) -> None: ...
+
     async def redis(self, what: str, op: Callable[P, Awaitable[T]], *args: P.args,
                     **kwargs: P.kwargs) -> T | None: ...
 
@@ -118,6 +133,7 @@ class Job:
     record: PendingRecord | None = None  # the RECORD of the captcha id, once sent
     settling: bool = False  # its outcome (ACK, BURY, RELEASE, ADOPT) is being written: a lease gone is no loss
     lease_lost: bool = False  # the heartbeat found its lease gone while it ran (a stall): no longer renewed
+    unit_dropped: bool = False  # its unit was given back: a per-solve provider solves it, not a plan thread
 
     @classmethod
     def from_claim(cls, c: Claimed) -> Job:
@@ -147,11 +163,18 @@ class Job:
 
     def current_unit(self) -> str | None:
         """The unit that counts this job's solve: the claimed one, or a stray one (see budget.stray_unit)."""
+        if self.unit_dropped:
+            return None
         rec = self.record
         if rec is not None and rec.outcome is RecordOutcome.STRAY:
             assert self.task is not None and self.stats.captcha_id is not None
             return stray_unit(self.task.id, self.stats.captcha_id)
         return self.unit
+
+    def outcome_unit(self) -> str | None:
+        """The unit its outcome settles: the current one, or the one it gave back (a heartbeat that renewed it
+        meanwhile may have counted it again: the outcome removes it for good)."""
+        return self.unit if self.unit_dropped else self.current_unit()
 
 
 class JobRunner:
@@ -186,7 +209,7 @@ class JobRunner:
                                       **self._settle_args(job))
 
     def _settle_args(self, job: Job) -> dict[str, Any]:
-        return {"worker": self.host.id, "unit": job.current_unit(), "hold_s": job.hold_s(),
+        return {"worker": self.host.id, "unit": job.outcome_unit(), "hold_s": job.hold_s(),
                 "captcha_id": job.stats.captcha_id}
 
     # -- load and checks ------------------------------------------------------------------------------------
@@ -232,7 +255,7 @@ class JobRunner:
                                   "never stored", Code.TASK_EXPIRED, task_id=task_id, reply_to=None, view=None,
                              status=Status.EXPIRED)
             return None
-        parsed = parse_task(claimed.body, max_bytes=self.cfg.max_task_bytes)
+        parsed = parse_task(claimed.body, max_bytes=self.cfg.max_task_bytes, foreign=self.host.foreign_kinds)
         if isinstance(parsed, Invalid):
             await self._bury(job, parsed.reason, parsed.code, task_id=task_id, reply_to=parsed.reply_to,
                              view=self._view(claimed.body))
@@ -243,7 +266,7 @@ class JobRunner:
         """A raw payload (a seed-guide producer's JSON task, or anything else): validate it, then give it a task
         hash and its id at the front of pending, to be claimed as a task (with a budget unit); a repeated push of
         a known id is dropped (the task it names goes on)."""
-        parsed = parse_task(raw, max_bytes=self.cfg.max_task_bytes)
+        parsed = parse_task(raw, max_bytes=self.cfg.max_task_bytes, foreign=self.host.foreign_kinds)
         if isinstance(parsed, Invalid):
             await self._bury(job, parsed.reason, parsed.code, task_id=parsed.task_id, reply_to=parsed.reply_to,
                              view=self._view(raw), raw=True)
@@ -258,11 +281,22 @@ class JobRunner:
         return payload_view(payload, logs.redact, max_bytes=self.cfg.max_task_bytes)
 
     # -- solve ------------------------------------------------------------------------------------------------
+    def _deadline(self, task: Task) -> float:
+        deadline = time.time() + self.cfg.solve_timeout_seconds
+        return deadline if task.deadline is None else min(deadline, task.deadline)
+
     async def _solve(self, job: Job, task: Task) -> None:
         cfg = self.cfg
-        deadline = time.time() + cfg.solve_timeout_seconds
-        if task.deadline is not None:
-            deadline = min(deadline, task.deadline)
+        provider = self.host.route(task, job)
+        if provider is not None:
+            await self._solve_paid(job, task, provider)
+            return
+        if not task.kind.captchaai:  # accepted by a worker whose provider took it; none here does
+            await self._bury(job, f"{methods.UNSUPPORTED.get(task.method.lower(), task.kind.title)} and no "
+                             "provider of PROVIDERS takes it", Code.UNSUPPORTED_METHOD, task_id=task.id,
+                             reply_to=task.reply_to, view=self._view(task.body()))
+            return
+        deadline = self._deadline(task)
 
         def submitted(captcha_id: str, window_s: float) -> None:
             job.record = self.writes.record(Record(task.id, self.host.id, job.unit or "", captcha_id, window_s))
@@ -291,6 +325,50 @@ class JobRunner:
         result = Result(task.id, Status.SOLVED, solution=answer.request, user_agent=answer.user_agent,
                         captcha_id=solution.captcha_id)
         await self._finish(job, task, result, solved_at=solution.solved_at)
+
+    async def _solve_paid(self, job: Job, task: Task, provider: ProviderConfig) -> None:
+        """At a per-solve provider (``overflow``), without a plan thread: the job's unit goes back first; the price
+        is reserved under the spend cap before the provider sees the task. While the cap has no room the job waits
+        (backing off) until its deadline, then gives the task back without a failure (or answers it expired)."""
+        overflow = self.host.overflow
+        assert overflow is not None
+        await self.host.drop_unit(job)
+        deadline, pause = self._deadline(task), _CAP_RETRY_S / self.cfg.time_scale
+        metrics.IN_FLIGHT.inc()
+        try:
+            while True:
+                try:
+                    async with self.host.provider_slot(provider.name):
+                        paid = await overflow.solve(task.id, provider, task.kind, task.method, task.params,
+                                                    deadline=deadline, unsolvable_retries=self.cfg.unsolvable_retries)
+                    break
+                except OverCap:
+                    if time.time() + pause >= deadline or not self.host.running:
+                        await self._capped(job, task)
+                        return
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, _CAP_RETRY_MAX_S / self.cfg.time_scale)
+        except TaskFailed as exc:
+            await self._finish(job, task, Result(task.id, Status.ERROR, code=exc.code, text=describe(exc.code),
+                                                 provider=provider.name))
+            return
+        except (TransientError, FatalApiError) as exc:  # the provider's: never this worker's FATAL (CaptchaAI's)
+            await self._retry_later(job, task, f"{provider.name}: {exc.code}")
+            return
+        except SolveTimeout:
+            await self._timed_out(job, task)
+            return
+        finally:
+            metrics.IN_FLIGHT.dec()
+        await self._finish(job, task, paid_result(task, paid), solved_at=paid.solution.solved_at)
+
+    async def _capped(self, job: Job, task: Task) -> None:
+        if task.expired(time.time()):
+            await self._finish(job, task, Result(task.id, Status.EXPIRED, code=Code.DEADLINE_PASSED,
+                                                 text="the task's deadline passed while the spend cap was reached"))
+        else:
+            metrics.RETRIES.labels("requeue").inc()
+            await self._release(job, failure=False, front=False, why="spend cap reached")
 
     async def _timed_out(self, job: Job, task: Task) -> None:
         if task.expired(time.time()):
@@ -333,7 +411,7 @@ class JobRunner:
         full = self._full_result(job, task, result, solved_at)
         if job.record is not None:
             job.record.cancel()  # not sent yet: the ACK carries the captcha id and settles the unit itself
-        won = await self.writes.ack(Ack(job.settle().item, full, task.reply_to, unit=job.current_unit(),
+        won = await self.writes.ack(Ack(job.settle().item, full, task.reply_to, unit=job.outcome_unit(),
                                         hold_s=job.hold_s(), worker=self.host.id))
         label, stats = job.kind_label, job.stats
         outcome = result.status.value if won else "duplicate"
@@ -364,7 +442,7 @@ class JobRunner:
         q = self.host.queue
         done = await self.host.redis("bury", q.bury, job.settle().item, entry, result=result, reply_to=reply_to,
                                      dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
-                                     reply_ttl=REPLY_TTL_S, raw=raw, worker=self.host.id, unit=job.current_unit(),
+                                     reply_ttl=REPLY_TTL_S, raw=raw, worker=self.host.id, unit=job.outcome_unit(),
                                      hold_s=job.hold_s())
         if done is None or not done[0]:
             return  # no longer ours (a reaper took it back after a stall): its next claim settles it
@@ -394,6 +472,14 @@ class JobRunner:
         out = await self.host.redis("ack", self.host.queue.write_batch, acks, records,
                                     result_ttl=self.cfg.result_ttl_seconds, reply_ttl=REPLY_TTL_S)
         return out if out is not None else ([False] * len(acks), [RecordOutcome.STRAY] * len(records))
+
+
+def paid_result(task: Task, paid: PaidSolution) -> Result:
+    """A task solved at an overflow provider: its provider and cost, and no captcha id (the provider's id means
+    nothing to CaptchaAI, where reports go)."""
+    answer = paid.solution.answer
+    return Result(task.id, Status.SOLVED, solution=answer.request, user_agent=answer.user_agent,
+                  provider=paid.provider, cost=money(paid.cost_micro))
 
 
 class PendingRecord:

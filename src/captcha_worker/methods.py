@@ -71,6 +71,8 @@ class Kind:
     #: (mean + 4 sd).
     solve_timeout_s: float
     http_post: bool = False  # submit with POST (multipart) rather than GET
+    #: CaptchaAI solves it; False: a kind only a per-solve provider of ``PROVIDERS`` takes (:data:`FOREIGN_KINDS`)
+    captchaai: bool = True
 
 
 def _p(name: str, error: str = Code.ERROR_BAD_PARAMETERS) -> Param:
@@ -116,6 +118,15 @@ KINDS: tuple[Kind, ...] = (
          15.0, 5.0, 120.0, 90.0),
 )
 
+#: kinds CaptchaAI does not solve that an overflow provider (``PROVIDERS``, docs/operations.md "Cost and overflow")
+#: may: a task of one is accepted only where a provider takes its kind (``task.make_task``'s ``foreign``), and is
+#: solved there; anywhere else it is the UNSUPPORTED_METHOD error of :data:`UNSUPPORTED`. Their params are 2captcha's
+#: in.php ones. Not in :data:`KINDS` (CaptchaAI's table: the simulator's captchaai profile, the docs' kind table).
+FOREIGN_KINDS: tuple[Kind, ...] = (
+    Kind("hcaptcha", "hcaptcha", "hCaptcha", (_p("sitekey"), _PAGEURL), AnswerShape.TOKEN, 20.0, 6.0, 120.0, 180.0,
+         captchaai=False),
+)
+
 #: every in.php method the queue accepts
 METHODS: frozenset[str] = frozenset(k.method for k in KINDS)
 
@@ -132,6 +143,11 @@ UNSUPPORTED: Mapping[str, str] = {
     "mtcaptcha": "MTCaptcha is not solved by CaptchaAI",
     "amazon_waf": "Amazon WAF is not solved by CaptchaAI",
 }
+
+#: the foreign kinds by their in.php method
+FOREIGN_BY_METHOD: Mapping[str, Kind] = {k.method: k for k in FOREIGN_KINDS}
+#: every kind name a metric label may carry: CaptchaAI's and the foreign ones
+LABEL_KIND_NAMES: tuple[str, ...] = (*KIND_NAMES, *(k.name for k in FOREIGN_KINDS))
 
 #: each type's first row (the variants of a type share everything :func:`by_name` callers read)
 _BY_NAME: dict[str, Kind] = {}
@@ -187,6 +203,11 @@ def canonical(method: str, params: Mapping[str, str]) -> dict[str, str]:
 
 def by_name(name: str) -> Kind:
     return _BY_NAME[name]
+
+
+def foreign_kind(method: str) -> Kind | None:
+    """The foreign kind (:data:`FOREIGN_KINDS`) of an in.php method, or None."""
+    return FOREIGN_BY_METHOD.get(method.lower())
 
 
 def missing_param(kind: Kind, params: Mapping[str, str]) -> Param | None:

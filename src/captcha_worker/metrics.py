@@ -69,7 +69,7 @@ def dead_letter_label(code: str) -> str:
 
 
 def kind_label(kind: str | None) -> str:
-    return kind if kind in methods.KIND_NAMES else "unknown"
+    return kind if kind in methods.LABEL_KIND_NAMES else "unknown"
 
 
 TASKS = Counter(f"{PREFIX}tasks_total", "Tasks finished by this worker, by kind and outcome.",

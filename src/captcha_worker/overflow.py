@@ -14,8 +14,8 @@ any other error before in.php gave an id       0 (nothing was submitted, nothing
 any other error after in.php gave an id        left to expire: charged at the price (the provider may have)
 =============================================  ===========================================================
 
-A reservation the cap refuses raises :class:`OverCap` before anything is sent to the provider. Not built yet: the
-worker routing tasks here (docs/operations.md "Cost and overflow").
+A reservation the cap refuses raises :class:`OverCap` before anything is sent to the provider. The worker's job
+(``job.JobRunner._solve_paid``) routes tasks here (docs/operations.md "Cost and overflow").
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,7 +131,8 @@ def _timestamp(data: Mapping[str, Any], name: str) -> float | str | None:
     return float(value)
 
 
-def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None) -> Task | Invalid:
+def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None,
+               foreign: Collection[str] = ()) -> Task | Invalid:
     """Decode and validate one task body (as stored in Redis or pushed raw by a seed-guide producer).
 
     Byte-safe and bounded: the size is checked before anything is decoded, the UTF-8 decode cannot raise, and
@@ -142,7 +143,7 @@ def parse_task(payload: bytes | str, *, max_bytes: int, now: float | None = None
         return data
     if not isinstance(data, dict):
         return Invalid("payload must be a JSON object with id, method and params", code=Code.INVALID_JSON)
-    return make_task(data, now=now)
+    return make_task(data, now=now, foreign=foreign)
 
 
 def decode_json(payload: bytes | str, *, max_bytes: int) -> object:
@@ -179,8 +180,10 @@ def nesting_depth(text: str) -> int:
     return max(itertools.accumulate(_BRACKET_STEP[c] for c in brackets), default=0)
 
 
-def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | Invalid:
-    """Validate a decoded task object: id, method, flat params, required params, timestamps."""
+def make_task(data: Mapping[str, Any], *, now: float | None = None, foreign: Collection[str] = ()) -> Task | Invalid:
+    """Validate a decoded task object: id, method, flat params, required params, timestamps. `foreign`: the
+    names of the kinds CaptchaAI does not solve (``methods.FOREIGN_KINDS``) that are accepted here, because an
+    overflow provider takes them; any other such kind is UNSUPPORTED_METHOD."""
     task_id = data.get("id")
     if not isinstance(task_id, str) or not valid_task_id(task_id):
         return Invalid(f"id must be 1-{MAX_ID_LENGTH} characters of letters, digits and . _ : -")
@@ -194,12 +197,14 @@ def make_task(data: Mapping[str, Any], *, now: float | None = None) -> Task | In
     method = data.get("method")
     if not isinstance(method, str) or not method:
         return invalid("method must be a non-empty string")
-    if method.lower() in methods.UNSUPPORTED:
+    foreign_kind = methods.foreign_kind(method)
+    if method.lower() in methods.UNSUPPORTED and (foreign_kind is None or foreign_kind.name not in foreign):
         return invalid(methods.UNSUPPORTED[method.lower()], code=Code.UNSUPPORTED_METHOD)
     params = _flat_params(data.get("params", {}))
     if isinstance(params, str):
         return invalid(params)
-    kind = methods.kind_of(method, params)
+    accepted = foreign_kind is not None and foreign_kind.name in foreign
+    kind = foreign_kind if accepted else methods.kind_of(method, params)
     if kind is None:
         known = ", ".join(sorted(methods.METHODS))
         return invalid(f"unknown method {_short(method)} (known: {known})", code=Code.UNKNOWN_METHOD)
@@ -415,10 +420,13 @@ class Result:
     token_lifetime_s: float | None = None
     captcha_id: str | None = None  # CaptchaAI's id of the solve that answered (for reportbad / reportgood)
     worker_deaths: int = 0  # workers that died (or stalled past their lease) while they held the task
+    provider: str | None = None  # the overflow provider that solved it (None: CaptchaAI, the plan)
+    cost: str | None = None  # what the overflow provider charged for it, money as a decimal string ("0.00145")
 
     def to_json(self) -> str:
         data: dict[str, Any] = {"id": self.id, "status": self.status.value}
-        for name in ("kind", "solution", "user_agent", "code", "text", "token_lifetime_s", "captcha_id"):
+        for name in ("kind", "solution", "user_agent", "code", "text", "token_lifetime_s", "captcha_id", "provider",
+                     "cost"):
             value = getattr(self, name)
             if value is not None:
                 data[name] = value
@@ -447,6 +455,8 @@ class Result:
             token_lifetime_s=data.get("token_lifetime_s"),
             captcha_id=_opt_text(data.get("captcha_id")),
             worker_deaths=int(data.get("worker_deaths", 0)),
+            provider=_opt_text(data.get("provider")),
+            cost=_opt_text(data.get("cost")),
         )
 
 

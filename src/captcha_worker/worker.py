@@ -44,15 +44,16 @@ from typing import Any, ParamSpec, TypeVar
 from redis import exceptions as rexc
 
 from captcha_worker import log as logs
-from captcha_worker import metrics
+from captcha_worker import methods, metrics
 from captcha_worker.budget import BudgetState
 from captcha_worker.captchaai import CaptchaAI, FatalApiError, RetryPolicy, TaskFailed, TransientError
 from captcha_worker.codes import Code
-from captcha_worker.config import Secret, WorkerConfig
+from captcha_worker.config import ProviderConfig, Secret, WorkerConfig
 from captcha_worker.connection import Client, Refusal, connect, describe_refusal, is_cross_slot, refusal
 from captcha_worker.job import Api, Job, JobRunner
 from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
+from captcha_worker.overflow import Overflow
 from captcha_worker.pingback import Hub
 from captcha_worker.queue import (
     AuditCheck,
@@ -67,6 +68,8 @@ from captcha_worker.queue import (
     confirmed,
     item_ref,
 )
+from captcha_worker.spend import Spend
+from captcha_worker.task import Task
 
 log = logging.getLogger("captcha_worker.worker")
 T = TypeVar("T")
@@ -89,9 +92,15 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    def __init__(self, cfg: WorkerConfig, redis: Client, api: Api, *, worker_id: str | None = None) -> None:
+    def __init__(self, cfg: WorkerConfig, redis: Client, api: Api, *, worker_id: str | None = None,
+                 overflow: Overflow | None = None) -> None:
         self.cfg = cfg
         self.api = api
+        self._overflow = overflow  # the per-solve providers (PROVIDERS), None: overflow off
+        self._foreign = frozenset(k.name for k in methods.FOREIGN_KINDS
+                                  if overflow is not None and overflow.provider_for(k.name) is not None)
+        self._provider_slots = {p.name: asyncio.Semaphore(p.concurrency)
+                                for p in (overflow.config.providers if overflow is not None else ())}
         self.queue = RedisQueue(redis, cfg.queue, wait_replicas=cfg.redis.wait_replicas,
                                 wait_timeout_ms=cfg.redis.wait_timeout_ms)
         self.id = worker_id or default_worker_id()
@@ -126,6 +135,39 @@ class Worker:
 
     def phase_name(self) -> str:
         return self.phase.value
+
+    @property
+    def overflow(self) -> Overflow | None:
+        return self._overflow
+
+    @property
+    def foreign_kinds(self) -> frozenset[str]:
+        """The kinds CaptchaAI lacks that this worker's providers take (tasks of others are UNSUPPORTED_METHOD)."""
+        return self._foreign
+
+    def route(self, task: Task, job: Job) -> ProviderConfig | None:
+        """Where `task` is solved: None for CaptchaAI (the plan), else the per-solve provider. A kind CaptchaAI
+        does not solve goes to the provider that takes it."""
+        if self._overflow is None:
+            return None
+        if not task.kind.captchaai:
+            return self._overflow.provider_for(task.kind.name)
+        return None
+
+    def provider_slot(self, provider: str) -> asyncio.Semaphore:
+        """A provider's concurrency in this process (``concurrency`` of its PROVIDERS entry)."""
+        return self._provider_slots[provider]
+
+    async def drop_unit(self, job: Job) -> None:
+        """Give the job's plan-thread unit back: a per-solve provider solves it. From now on no heartbeat renews
+        it; the job's outcome removes it again (a renewal sent before this may have counted it again)."""
+        if job.unit is None or job.unit_dropped:
+            return
+        job.unit_dropped = True
+        self._held -= 1
+        metrics.BUDGET_HELD.set(self._held)
+        await self._redis("unit_release", self.queue.budget.release, [job.unit])
+        self._wake.set()  # a unit is free: a claim may take it
 
     def hurry(self) -> bool:
         """Whether polls come densely: tasks are waiting for a plan thread (then every second a solved answer waits
@@ -415,7 +457,7 @@ class Worker:
 
     def _job_done(self, t: asyncio.Task[None]) -> None:
         job = self._jobs.pop(t, None)
-        if job is not None and job.unit:
+        if job is not None and job.unit and not job.unit_dropped:
             self._held -= 1
         self._wake.set()
 
@@ -602,7 +644,8 @@ async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> Asy
                 cfg.api_key, cfg.api_url, http_timeout_s=cfg.http_timeout_seconds,
                 poll_timeout_s=cfg.http_poll_timeout_seconds, retry=RetryPolicy.scaled(cfg.time_scale),
                 poll_scale=cfg.time_scale, max_connections=max(100, cfg.concurrency), pingback=hub))
-            worker, reload = Worker(cfg, redis, api, worker_id=worker_id), None
+            overflow = await _open_overflow(cfg, redis, stack)
+            worker, reload = Worker(cfg, redis, api, worker_id=worker_id, overflow=overflow), None
             if cfg.api_key_file:  # a key rotated in its Secret reaches this process without a restart
                 def rotate(key: Secret) -> None:
                     api.set_key(key)
@@ -619,3 +662,22 @@ async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> Asy
                         await reload
     finally:
         await redis.aclose()
+
+
+async def _open_overflow(cfg: WorkerConfig, redis: Client, stack: AsyncExitStack) -> Overflow | None:
+    """The overflow providers of PROVIDERS with a client each (res.php ones: the protocol routed so far), the
+    spend cap on the queue's keys; None when PROVIDERS is unset."""
+    pc = cfg.providers
+    if pc is None:
+        return None
+    clients: dict[str, CaptchaAI] = {}
+    for p in pc.providers:
+        logs.add_secret(p.key.value)
+        if p.protocol != "res.php":
+            event(log, "provider_not_routed", logging.WARNING, provider=p.name, protocol=p.protocol,
+                  hint="only res.php providers are solved at so far; its kinds stay CaptchaAI's")
+            continue
+        clients[p.name] = await stack.enter_async_context(CaptchaAI(
+            p.key, p.url, http_timeout_s=cfg.http_timeout_seconds, poll_timeout_s=cfg.http_poll_timeout_seconds,
+            retry=RetryPolicy.scaled(cfg.time_scale), poll_scale=cfg.time_scale, max_connections=p.concurrency))
+    return Overflow(Spend(redis, cfg.queue), pc, clients)

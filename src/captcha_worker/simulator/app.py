@@ -20,7 +20,7 @@ from typing import Final
 
 from aiohttp import web
 
-from captcha_worker import log
+from captcha_worker import log, methods
 from captcha_worker.codes import Code
 from captcha_worker.methods import Answer, AnswerShape, Kind
 from captcha_worker.protocols import jsonapi
@@ -71,6 +71,7 @@ class Simulator:
         self._pingbacks = Pingbacks(self._count_pingback)
         self._started = asyncio.Event()  # a task started: the tick looks at when it is ready
         self._next_id = self._rng.randrange(10**10, 7 * 10**10)
+        self._spent_micro = 0  # a per-solve profile's charges over the account's life (the balance moves by them)
 
     @property
     def config(self) -> SimConfig:
@@ -116,7 +117,16 @@ class Simulator:
             busy_thread_seconds=s.meter.busy_s, window_seconds=window,
             utilisation=s.meter.busy_s / (s.threads * window) if window > 0 else 0.0,
             json_calls={m.value: c.calls_json[m] for m in Method},
+            profile=self._config.profile.value, charged_micro=c.charged_micro, charges=c.charges,
+            balance_micro=self._balance_micro(),
         )
+
+    def _balance_micro(self) -> int:
+        return max(0, round(self._config.balance * 1_000_000) - self._spent_micro)
+
+    def _balance(self) -> float:
+        """What getbalance reports: the configured balance, less a per-solve profile's charges."""
+        return self._balance_micro() / 1_000_000 if self._config.profile.per_solve else self._config.balance
 
     def task_view(self, task_id: int) -> TaskView | None:
         """What the simulator knows of a task, for in-process callers (tests, tools): its kind, and its answer
@@ -289,6 +299,8 @@ class Simulator:
         """Checks a submission and starts (or queues) its task; the code refusing it (counted), or the HTTP 429
         reply of ``over_cap=http429``."""
         kind, req = protocol.submission(req)
+        if kind is None and self._config.profile.per_solve:
+            kind = methods.foreign_kind(req.method)
         if kind is None or (only is not None and kind.shape is not only):
             return self._refuse(Code.ERROR_BAD_PARAMETERS)
         limits = ImageLimits(self._config.min_image_bytes, self._config.max_image_bytes)
@@ -300,7 +312,14 @@ class Simulator:
         if not self._scheduler.has_room() and self._config.over_cap is not OverCap.QUEUE:
             self._counters.over_cap_rejections += 1
             return self._over_cap()
+        price = self._config.price_micro(kind)
+        if price > self._balance_micro():
+            return self._refuse(Code.ERROR_ZERO_BALANCE)
         task = self._new_task(kind, req, now, callback_json)
+        if price and not task.unsolvable:  # charged once, when accepted; UNSOLVABLE is refunded (never charged)
+            self._spent_micro += price
+            self._counters.charged_micro += price
+            self._counters.charges += 1
         if self._scheduler.has_room():
             self._scheduler.start(task, now)
             self._started.set()
@@ -341,7 +360,7 @@ class Simulator:
             case Action.THREADSINFO:
                 return protocol.threads(req, self._scheduler.threads, self._scheduler.in_flight)
             case Action.GETBALANCE:
-                return protocol.balance(req, self._config.balance)
+                return protocol.balance(req, self._balance())
             case Action.REPORTBAD | Action.REPORTGOOD as action:
                 return self._report(req, action)
             case Action.EMPTY:
@@ -414,7 +433,7 @@ class Simulator:
             case Method.CREATE_TASK:
                 return self._create_task(body, now)
             case Method.GET_BALANCE:
-                return jsonapi.balance(self._config.balance)
+                return jsonapi.balance(self._balance())
         task = self._json_lookup(body)
         if task is None:
             return self._json_fail(JsonError.NO_SUCH_CAPCHA_ID)

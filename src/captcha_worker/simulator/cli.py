@@ -12,6 +12,7 @@ from captcha_worker.simulator.config import (
     Faults,
     Latency,
     OverCap,
+    Profile,
     SimConfig,
     check_rate,
     fault_named,
@@ -19,6 +20,9 @@ from captcha_worker.simulator.config import (
     number,
     over_cap_named,
     parse_keys,
+    parse_price,
+    priced_kind_named,
+    profile_named,
     whole,
 )
 from captcha_worker.tls import tls_context
@@ -41,7 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--fault", action="append", default=[], metavar="NAME=RATE",
         help=f"fault rate 0..1 (repeatable; faults: {', '.join(f.value for f in Fault)})")
     add("--keys", metavar="K1,K2", help="accepted API keys (default: any 32-character key)")
-    add("--balance", type=float, help=f"what getbalance reports (default {d.balance:g})")
+    add("--balance", type=float, help=f"what getbalance reports (default {d.balance:g}); a per-solve profile "
+        "charges its solves from it")
+    add("--profile", metavar="|".join(p.value for p in Profile),
+        help=f"billing: captchaai (plan threads) or a per-solve provider (default {d.profile.value})")
+    add("--price", action="append", default=[], metavar="KIND=PER_1000",
+        help="a per-solve profile's price per 1,000 solves of a kind (repeatable; default 1.45 for 2captcha, "
+             "2.00 for anticaptcha)")
     add("--slow-seconds", type=float, help=f"delay of the slow fault (default {d.slow_seconds:g})")
     add("--ban-after", type=int, help=f"bad-key requests before IP_BANNED, 0 = never (default {d.ban_after})")
     add("--ban-window-seconds", type=float, help=f"window for --ban-after (default {d.ban_window_seconds:g})")
@@ -96,6 +106,16 @@ def _parse_fault_args(values: object) -> Faults:
     return Faults().with_rates(rates)
 
 
+def _parse_price_args(values: object) -> dict[str, int]:
+    result = {}
+    for name, spec in _assignments(values, "--price"):
+        try:
+            result[priced_kind_named(name)] = parse_price(spec)
+        except ValueError as exc:
+            raise ValueError(f"--price {name}={spec}: {exc}") from None
+    return result
+
+
 def config_from_args(ns: argparse.Namespace) -> SimConfig:
     """The SimConfig the flags of :func:`add_arguments` describe; ValueError with one line on bad input."""
     d = _DEFAULTS
@@ -129,6 +149,8 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         pingback=not _arg(ns, "no_pingback"),
         seed=None if seed is None else whole(seed, "--seed"),
         introspection=not _arg(ns, "no_introspection"),
+        profile=d.profile if _arg(ns, "profile") is None else profile_named(str(_arg(ns, "profile"))),
+        prices=_parse_price_args(_arg(ns, "price")),
     )
 
 

@@ -10,6 +10,7 @@ import random
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import Final
 
@@ -28,6 +29,27 @@ class OverCap(enum.StrEnum):
     ZERO_BALANCE = "zero_balance"  # ERROR_ZERO_BALANCE (CaptchaAI docs)
     NO_SLOT = "no_slot"  # ERROR_NO_SLOT_AVAILABLE (2captcha-style services)
     HTTP429 = "http429"  # HTTP 429 Too Many Requests
+
+
+class Profile(enum.StrEnum):
+    """How the simulated account is billed (issue 27): ``captchaai`` is a thread-billed plan (threads, a balance that
+    never moves); the others are pay-per-solve providers: every accepted submission that will be answered is charged
+    its kind's price from the balance at once (an UNSOLVABLE one is not: both providers refund it), a submission the
+    balance cannot pay is ERROR_ZERO_BALANCE, and the kinds CaptchaAI lacks (``methods.FOREIGN_KINDS``) are solved
+    too. ``--threads`` is then the provider's capacity for this account."""
+
+    CAPTCHAAI = "captchaai"
+    TWOCAPTCHA = "2captcha"
+    ANTICAPTCHA = "anticaptcha"
+
+    @property
+    def per_solve(self) -> bool:
+        return self is not Profile.CAPTCHAAI
+
+
+#: each per-solve profile's price per 1,000 solves of any kind, in micro-units per solve (1450 = 1.45 per 1,000)
+DEFAULT_PRICE_MICRO: Final[Mapping[Profile, int]] = MappingProxyType({
+    Profile.CAPTCHAAI: 0, Profile.TWOCAPTCHA: 1450, Profile.ANTICAPTCHA: 2000})
 
 
 class Fault(enum.StrEnum):
@@ -123,9 +145,29 @@ class Latency:
 
 
 def kind_named(name: str) -> str:
-    if name not in methods.KIND_NAMES:
-        raise ValueError(f"unknown kind {name!r} (known: {', '.join(methods.KIND_NAMES)})")
+    """A kind the simulator knows: CaptchaAI's, and the foreign ones a per-solve profile solves."""
+    if name not in methods.LABEL_KIND_NAMES:
+        raise ValueError(f"unknown kind {name!r} (known: {', '.join(methods.LABEL_KIND_NAMES)})")
     return name
+
+
+def priced_kind_named(name: str) -> str:
+    """A kind a price may be given for: CaptchaAI's and the foreign ones."""
+    if name not in methods.LABEL_KIND_NAMES:
+        raise ValueError(f"unknown kind {name!r} (known: {', '.join(methods.LABEL_KIND_NAMES)})")
+    return name
+
+
+def parse_price(text: str) -> int:
+    """A price per 1,000 solves (``"1.45"``) as micro-units per solve: at most 3 decimals, >= 0."""
+    try:
+        d = Decimal(text.strip())
+    except InvalidOperation:
+        raise ValueError(f"price {text!r}: expected a price per 1,000 solves like 1.45") from None
+    micro = d * 1000
+    if not d.is_finite() or d < 0 or micro != micro.to_integral_value():
+        raise ValueError(f"price {text!r}: a number >= 0 with at most 3 decimals")
+    return int(micro)
 
 
 def _check_key_format(key: str, where: str) -> None:
@@ -155,8 +197,15 @@ class SimConfig:
     pingback: bool = True  # GET the pingback URL of a task when it is solved
     seed: int | None = None  # RNG seed (answers, latencies, faults, ids); None = unpredictable
     introspection: bool = True  # serve /_sim/*
+    profile: Profile = Profile.CAPTCHAAI  # how the account is billed (Profile)
+    prices: Mapping[str, int] = field(default_factory=dict)  # kind name -> micro per solve (per-solve profiles)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "profile", Profile(self.profile))
+        object.__setattr__(self, "prices", MappingProxyType(dict(self.prices)))
+        for name, micro in self.prices.items():
+            priced_kind_named(name)
+            _require(isinstance(micro, int) and micro >= 0, f"price of {name} must be whole micro-units >= 0")
         object.__setattr__(self, "latency", MappingProxyType(dict(self.latency)))
         object.__setattr__(self, "over_cap", OverCap(self.over_cap))
         if not (isinstance(self.threads, int) and self.threads >= 1):
@@ -180,6 +229,12 @@ class SimConfig:
             for i, key in enumerate(sorted(self.keys), 1):
                 _check_key_format(key, f"keys entry {i}")
 
+    def price_micro(self, kind: Kind) -> int:
+        """What one solve of `kind` costs on this account (0 on the thread-billed captchaai profile)."""
+        if not self.profile.per_solve:
+            return 0
+        return self.prices.get(kind.name, DEFAULT_PRICE_MICRO[self.profile])
+
     def latency_for(self, kind: Kind) -> Latency:
         return self.latency.get(kind.name) or Latency(kind.solve_mean_s, kind.solve_stddev_s)
 
@@ -201,6 +256,8 @@ class SimConfig:
             "min_image_bytes": self.min_image_bytes,
             "max_image_bytes": self.max_image_bytes,
             "pingback": self.pingback,
+            "profile": self.profile.value,
+            "prices": dict(self.prices),
         }
 
     def patched(self, patch: Mapping[str, object]) -> SimConfig:
@@ -289,7 +346,16 @@ _PATCHERS: Final[Mapping[str, Callable[[SimConfig, object], object]]] = MappingP
     "min_image_bytes": lambda _c, v: whole(v, "min_image_bytes"),
     "max_image_bytes": lambda _c, v: whole(v, "max_image_bytes"),
     "pingback": lambda _c, v: _flag(v, "pingback"),
+    "profile": lambda _c, v: profile_named(str(v)),
 })
+
+
+def profile_named(name: str) -> Profile:
+    try:
+        return Profile(name)
+    except ValueError:
+        known = ", ".join(p.value for p in Profile)
+        raise ValueError(f"unknown profile {name!r} (known: {known})") from None
 
 
 def over_cap_named(name: str) -> OverCap:

@@ -29,6 +29,8 @@ class Counters:
     ip_bans: int = 0
     pingbacks_sent: int = 0
     pingbacks_failed: int = 0
+    charged_micro: int = 0  # a per-solve profile's charges (micro-units), since the last reset
+    charges: int = 0  # solves charged
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,10 @@ class SimStats:
     window_seconds: float  # observation window: since start or the last reset
     utilisation: float  # busy_thread_seconds / (threads * window_seconds)
     json_calls: Mapping[str, int] = field(default_factory=dict)  # per JSON-API method (createTask, ...)
+    profile: str = "captchaai"  # the billing profile
+    charged_micro: int = 0  # a per-solve profile's charges since the last reset, micro-units (1450 = 0.00145)
+    charges: int = 0  # solves charged since the last reset
+    balance_micro: int = 0  # what the account has left (the per-solve charges of its life taken from --balance)
 
     def as_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
