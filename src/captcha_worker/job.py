@@ -404,7 +404,7 @@ class JobRunner:
             timings=Timings(submitted_at=task.submitted_at if task else None, claimed_at=job.claimed_at,
                             started_at=stats.started_at, solved_at=solved_at, finished_at=time.time()),
             token_lifetime_s=kind.token_lifetime_s if kind and result.status is Status.SOLVED else None,
-            captcha_id=result.captcha_id, worker_deaths=job.deaths,
+            captcha_id=result.captcha_id, worker_deaths=job.deaths, provider=result.provider, cost=result.cost,
         )
 
     async def _finish(self, job: Job, task: Task, result: Result, solved_at: float | None = None) -> None:
