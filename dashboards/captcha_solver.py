@@ -167,7 +167,8 @@ ERRORS = Row("Errors", (
            Q("leases lost", f"sum({rate('leases_lost_total')})"),
            Q("Redis errors", f"sum({rate('redis_errors_total')})")), w=18, unit="reqps"),
     Stat("Audit violations",
-         "Broken invariants of docs/guarantees.md that two audits in a row saw in Redis, by check (a budget unit or "
+         "Broken invariants of docs/guarantees.md that two cluster-wide audits in a row saw in Redis (one worker "
+         "audits per AUDIT_SECONDS; every worker reports its counts), by check (a budget unit or "
          "lease of a finished task, a lease without its item, an item without a lease). Any: run "
          "`captcha-worker audit` and see docs/operations.md#troubleshooting.",
          (Q("{{check}}", f"max by (check) ({m('audit_violations')})"),), w=6, h=8, decimals=0, red_from=1),

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 from prometheus_client import REGISTRY
@@ -94,30 +97,73 @@ async def test_the_cli_exits_1_naming_each_violation_and_0_when_clean(redis: Red
     assert human.returncode == 1 and "t:phantom" in human.stdout
 
 
-async def test_the_worker_exports_what_two_audits_in_a_row_saw(redis: Redis, redis_server: Any) -> None:
+async def test_one_worker_at_a_time_takes_the_audit_turn_and_the_next_turn_confirms(redis: Redis) -> None:
+    a, b = RedisQueue(redis, "audit"), RedisQueue(redis, "audit")
+    assert await a.audit_turn("w1", period_s=60) == (True, None)
+    assert await b.audit_turn("w2", period_s=60) == (False, None), "the turn is w1's for the period"
+    assert await a.audit_turn("w1", period_s=60) == (False, None), "even w1's next look waits for the period"
+    assert 0 < await redis.pttl(a.keys.audit_turn) <= 60_000
+    phantom = Violation(AuditCheck.UNIT_OF_FINISHED_TASK, unit_of("phantom"))
+    raw = Violation(AuditCheck.ITEM_WITHOUT_LEASE, b"\xff raw with a secret: proxy=u:p@h")
+    assert await a.publish_audit([phantom, raw], None, worker="w1", ttl_s=90) == [], "one snapshot confirms nothing"
+    await redis.delete(a.keys.audit_turn)  # the period is over
+    took, record = await b.audit_turn("w2", period_s=60)
+    assert took and record is not None and record.by == "w1" and set(record.counts.values()) == {0}
+    assert await b.publish_audit([phantom], record, worker="w2", ttl_s=90) == [phantom], "seen twice: confirmed"
+    _, record = await a.audit_turn("w1", period_s=60)
+    assert record is not None and record.by == "w2" and record.counts[AuditCheck.UNIT_OF_FINISHED_TASK] == 1
+    assert sum(record.counts.values()) == 1, "the raw item was seen once only"
+    assert 0 < await redis.pttl(a.keys.audit) <= 90_000
+    assert b"secret" not in b"".join(await redis.execute_command("HVALS", a.keys.audit, NEVER_DECODE=True)), \
+        "a record keeps digests of the members, never a raw item's bytes"
+
+
+async def test_n_workers_audit_once_per_period_and_all_export_the_confirmed_counts(
+        redis: Redis, redis_server: Any) -> None:
+    """The audit's cost is one AUDIT per AUDIT_SECONDS across the queue's workers (it was one per reap period in
+    every worker), and the counts every worker exports are the queue's (two turns in a row saw the violation)."""
     def gauge(check: str) -> float:
         return REGISTRY.get_sample_value("captcha_solver_audit_violations", {"check": check}) or 0.0
 
-    async with SimulatorServer(SimConfig(speed=50, seed=1)) as sim:
-        cfg = WorkerConfig.from_env({"REDIS_URL": redis_server.url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url,
-                                     "CAPTCHAAI_THREADS": "2", "WORKER_CONCURRENCY": "1", "API_TIME_SCALE": "50",
-                                     "LEASE_SECONDS": "6"})  # reaps every ~3 s
-        async with running_worker(cfg):
-            q = RedisQueue(redis, "captcha")
-            # a finished task's tombstone and a unit of it (made by hand: the worker's claimer must not see it)
-            await redis.hset(q.keys.task("phantom"), "state", "done")
-            await redis.zadd(q.keys.budget, {unit_of("phantom"): float((await redis.time())[0]) + 60})
-            for _ in range(300):  # two audits in a row, at most ~9 s
-                if gauge("unit_of_finished_task") == 1:
-                    break
-                await asyncio.sleep(0.1)
-            assert gauge("unit_of_finished_task") == 1 and gauge("item_without_lease") == 0
-            await redis.zrem(q.keys.budget, unit_of("phantom"))
-            for _ in range(300):  # two audits in a row, at most ~9 s
-                if gauge("unit_of_finished_task") == 0:
-                    break
-                await asyncio.sleep(0.1)
-            assert gauge("unit_of_finished_task") == 0
+    audit_s, lease_s, n = 2.0, 6.0, 4  # reaps (and looks at the turn) every 2.25-3.75 s in each worker
+    audits: list[tuple[int, float]] = []
+    q = RedisQueue(redis, "captcha")
+
+    async def until(check: str, value: float) -> None:
+        # confirmed by the second turn after the change: at most 2 periods plus a reap period per turn, twice over
+        deadline = time.monotonic() + 2 * 2 * (audit_s + lease_s / 2 * 1.25)
+        while gauge(check) != value:
+            assert time.monotonic() < deadline, f"{check} not {value} within two turns"
+            await asyncio.sleep(0.05)
+
+    async with SimulatorServer(SimConfig(speed=50, seed=1)) as sim, AsyncExitStack() as stack:
+        env = {"REDIS_URL": redis_server.url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url,
+               "CAPTCHAAI_THREADS": "2", "WORKER_CONCURRENCY": "1", "API_TIME_SCALE": "50",
+               "LEASE_SECONDS": str(lease_s), "AUDIT_SECONDS": str(audit_s)}
+        for _ in range(n):
+            w = await stack.enter_async_context(running_worker(WorkerConfig.from_env(env)))
+            w.queue.audit = _counting(w.queue.audit, audits)  # type: ignore[method-assign,assignment]
+        started = time.monotonic()
+        # a finished task's tombstone and a unit of it (made by hand: the workers' claimers must not see it)
+        await redis.hset(q.keys.task("phantom"), "state", "done")
+        await redis.zadd(q.keys.budget, {unit_of("phantom"): float((await redis.time())[0]) + 600})
+        await until("unit_of_finished_task", 1)
+        assert gauge("item_without_lease") == 0
+        await redis.zrem(q.keys.budget, unit_of("phantom"))
+        await until("unit_of_finished_task", 0)
+        elapsed = time.monotonic() - started
+    print(f"audits: {len(audits)} in {elapsed:.1f} s by {len({by for by, _ in audits})} of {n} workers")
+    assert len(audits) <= elapsed / audit_s + 1, \
+        f"{len(audits)} audits in {elapsed:.1f} s by {n} workers: more than one per {audit_s} s period"
+    assert len(audits) >= 3, "a violation is confirmed by a second turn, and cleared by another"
+
+
+def _counting(audit: Callable[..., Awaitable[list[Violation]]], calls: list[tuple[int, float]]
+              ) -> Callable[..., Awaitable[list[Violation]]]:
+    async def counted(*args: Any, **kwargs: Any) -> list[Violation]:
+        calls.append((id(audit), time.monotonic()))
+        return await audit(*args, **kwargs)
+    return counted
 
 
 def test_guarantees_and_metrics_docs_name_every_check() -> None:

@@ -76,7 +76,7 @@ def _key_shapes() -> dict[str, str]:
     keys = Keys("q")
     shapes = {name: getattr(keys, name) for name in ("pending", "processing", "leases", "orphans", "dead", "budget",
                                                      "limits", "workers", "reports", "tenants",
-                                                     "keep_raw")}
+                                                     "keep_raw", "audit_turn", "audit")}
     shapes |= {"task": keys.task("<id>"), "result": keys.result("<id>"), "reply": keys.reply("<producer>"),
                "callback": keys.callback("<id>"), "waiting": keys.waiting("<tenant>"),
                "pingback": keys.pingback("<handle>"), "pingback_wake": keys.pingback_wake("<w>"),

@@ -334,6 +334,7 @@ class WorkerConfig:
     pingback_host: str = "0.0.0.0"  # noqa: S104 - CaptchaAI calls in from outside (through the Service/Ingress)
     pingback_port: int = 8090
     providers: ProvidersConfig | None = None  # PROVIDERS: per-solve overflow providers and the spend cap (None: off)
+    audit_seconds: float = 30.0  # AUDIT_SECONDS: one audit per period across all the queue's workers
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> WorkerConfig:
@@ -386,6 +387,7 @@ class WorkerConfig:
             pingback_host=e.text("PINGBACK_HOST", "0.0.0.0"),  # noqa: S104
             pingback_port=e.integer("PINGBACK_PORT", 8090, minimum=0, maximum=65535),
             providers=providers_from_env(env),
+            audit_seconds=e.number("AUDIT_SECONDS", 30.0, minimum=1.0),
         )
 
 

@@ -128,8 +128,9 @@ LEASES_REAPED = Counter(f"{PREFIX}leases_reaped_total",
                         ["reason"])
 LEASES_LOST = Counter(f"{PREFIX}leases_lost_total", "Leases this worker found gone when renewing them.")
 AUDIT_VIOLATIONS = Gauge(f"{PREFIX}audit_violations",
-                         "Broken invariants (docs/guarantees.md) the last two audits of this worker's reaper both "
-                         "saw in Redis, by check (what `captcha-worker audit` reports). 0 in a healthy queue.",
+                         "Broken invariants (docs/guarantees.md) the last two cluster-wide audits both saw in "
+                         "Redis, by check (what `captcha-worker audit` reports): one worker audits per AUDIT_SECONDS, "
+                         "every worker exports its counts. 0 in a healthy queue.",
                          ["check"])
 TOKEN_AGE = Histogram(f"{PREFIX}token_age_seconds",
                       "Age of the answer when its result was written (received from res.php -> stored).",

@@ -61,6 +61,11 @@ key                        type    meaning
 ``{q}:waiting:<tenant>``   list    A tenant's tasks that CLAIM sorted out of pending (``shares``), FIFO; the
                                    claim serves the tenants from them by share. KEDA counts each.
 ``{q}:workers``            zset    worker id -> last heartbeat (server time).
+``{q}:audit-turn``         string  The worker whose turn it is to run AUDIT (SET NX, TTL ``AUDIT_SECONDS``): one
+                                   audit per period across the queue's workers, not one per worker.
+``{q}:audit``              hash    The last turn's audit: ``by``, ``at``, per check the violations it
+                                   confirmed (seen by the turn before too), ``seen`` (digests of all it saw).
+                                   TTL 3 x ``AUDIT_SECONDS``. Every worker exports its counts.
 ``{q}:reports``            list    ``report_bad`` / ``report_good`` requests (JSON ``{id, captcha_id,
                                    verdict}``) a worker sends to CaptchaAI. Capped.
 ``{q}:pingback:<handle>``  hash    Pingback mode (``pingback``): ``h`` the token's SHA-256 (never the token),
@@ -144,6 +149,7 @@ tombstone) already written, the worker acks it unsolved.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import time
 from collections.abc import Awaitable, Sequence
@@ -733,6 +739,14 @@ class Keys:
         return self._k("dead")
 
     @property
+    def audit_turn(self) -> str:
+        return self._k("audit-turn")
+
+    @property
+    def audit(self) -> str:
+        return self._k("audit")
+
+    @property
     def keep_raw(self) -> str:
         return self._k("keep-raw")
 
@@ -965,6 +979,32 @@ class AuditCheck(enum.StrEnum):
 class Violation:
     check: AuditCheck
     member: Text  # the unit or the item (a raw item as stored: report it with ``item_ref``)
+
+
+def violation_digest(v: Violation) -> str:
+    """A short digest of a violation: what an audit record keeps of each (a raw item's bytes never)."""
+    member = v.member.encode("utf-8", "surrogatepass") if isinstance(v.member, str) else v.member
+    return hashlib.sha256(v.check.value.encode() + b"\0" + member).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """The last cluster-wide audit (``{q}:audit``): what it confirmed, by check, and digests of all it saw."""
+
+    counts: dict[AuditCheck, int]
+    seen: frozenset[str]
+    by: str
+    at: float
+
+    @staticmethod
+    def parse(fields: dict[Any, Any]) -> AuditRecord | None:
+        text = {(k.decode() if isinstance(k, bytes) else str(k)): (v.decode() if isinstance(v, bytes) else str(v))
+                for k, v in fields.items()}
+        try:
+            return AuditRecord({c: int(text.get(c.value, 0)) for c in AuditCheck}, frozenset(text["seen"].split()),
+                               text["by"], float(text["at"]))
+        except (KeyError, ValueError):
+            return None  # none yet (or not one this version wrote): no counts
 
 
 def confirmed(first: Sequence[Violation], second: Sequence[Violation]) -> list[Violation]:
@@ -1409,6 +1449,31 @@ class RedisQueue:
                                     [self.keys.task_prefix, cap])
         pairs = zip(flat[0::2], flat[1::2], strict=True)
         return [Violation(AuditCheck(bytes(c).decode()), as_text(m)) for c, m in pairs]
+
+    async def audit_turn(self, worker: str, *, period_s: float) -> tuple[bool, AuditRecord | None]:
+        """Whether it is `worker`'s turn to audit (nobody's turn for `period_s` before it: it takes it, SET NX),
+        and the last turn's record. One round trip of two O(1) commands."""
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(k.audit_turn, worker, nx=True, px=max(1, int(period_s * 1000)))
+            pipe.hgetall(k.audit)
+            took, fields = await pipe.execute()
+        return bool(took), AuditRecord.parse(fields or {})
+
+    async def publish_audit(self, seen: Sequence[Violation], previous: AuditRecord | None, *, worker: str,
+                            ttl_s: float) -> list[Violation]:
+        """A turn's audit: what it saw that the turn before saw too is confirmed (a step in progress shows in
+        one snapshot only); the record keeps those counts and a digest of everything seen. Returns the
+        confirmed violations."""
+        before = previous.seen if previous else frozenset()
+        confirmed_now = [v for v in seen if violation_digest(v) in before]
+        fields: dict[str, Any] = {c.value: sum(1 for v in confirmed_now if v.check is c) for c in AuditCheck}
+        fields |= {"by": worker, "at": repr(time.time()), "seen": " ".join(violation_digest(v) for v in seen)}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(self.keys.audit, mapping=fields)
+            pipe.pexpire(self.keys.audit, max(1, int(ttl_s * 1000)))
+            await pipe.execute()
+        return confirmed_now
 
     async def dead_letters(self, start: int = 0, count: int = 100) -> list[DeadLetter]:
         raws = await self._raw("LRANGE", self.keys.dead, start, start + count - 1)

@@ -37,7 +37,7 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any, ParamSpec, TypeVar
 
@@ -65,7 +65,6 @@ from captcha_worker.queue import (
     Renewal,
     Report,
     Violation,
-    confirmed,
     item_ref,
 )
 from captcha_worker.spend import Spend
@@ -79,6 +78,9 @@ __all__ = ["Api", "Phase", "Worker", "default_worker_id", "open_worker"]
 
 PLAN_WAIT_S = 5.0  # at start, how long claims wait for the plan's threads (threadsinfo) to be known
 REPORT_BATCH = 20
+#: an audit record outlives its turn this many periods (then no worker exports stale counts: a queue no worker
+#: audits shows 0, as at start)
+AUDIT_RECORD_PERIODS = 3
 
 
 class Phase(enum.Enum):
@@ -202,7 +204,7 @@ class Worker:
         """Run until `stop` is set, then drain. `hard_stop` (a second signal) cuts the drain short."""
         metrics.init(concurrency=self.cfg.concurrency, budget_limit=self.cfg.threads,
                      monthly_price=self.cfg.monthly_price)
-        self._export_audit([])  # every check's series at 0 from the start
+        self._export_audit({})  # every check's series at 0 from the start
         event(log, "worker_started", worker=self.id, concurrency=self.cfg.concurrency, threads=self.cfg.threads,
               queue=self.cfg.queue)
         if self.cfg.concurrency > self.cfg.threads:
@@ -581,7 +583,6 @@ class Worker:
 
     async def _reaper_loop(self) -> None:
         cfg = self.cfg
-        last: list[Violation] = []
         while not await self._pause(cfg.lease_seconds / 2 * (0.75 + 0.5 * random.random())):
             counts = await self._redis("reap", self.queue.reap, orphan_grace_s=cfg.orphan_grace_seconds)
             if counts and any(counts):
@@ -589,21 +590,38 @@ class Worker:
                 metrics.LEASES_REAPED.labels("expired").inc(expired)
                 metrics.LEASES_REAPED.labels("orphaned").inc(orphaned)
                 event(log, "leases_reaped", logging.WARNING, expired=expired, orphaned=orphaned)
-            seen = await self._redis("audit", self.queue.audit)
-            if seen is not None:
-                self._export_audit(confirmed(last, seen))
-                last = seen
+            await self._audit()
 
-    def _export_audit(self, violations: list[Violation]) -> None:
-        """What two audits in a row saw (a step in progress shows in one only), by check; one log line per change."""
-        by_check = {c: sum(1 for v in violations if v.check is c) for c in AuditCheck}
-        for check, n in by_check.items():
-            metrics.AUDIT_VIOLATIONS.labels(check.value).set(n)
-        if violations and violations != self._audit_logged:
-            event(log, "audit_violations", logging.WARNING, **{c.value: n for c, n in by_check.items() if n},
-                  members=[item_ref(v.member) for v in violations[:10]],
+    async def _audit(self) -> None:
+        """One audit per AUDIT_SECONDS across the queue's workers: the first to find the turn free runs AUDIT
+        (O(in flight)) and confirms against the turn before; every worker exports the last turn's counts (O(1))."""
+        period = self.cfg.audit_seconds
+        turn = await self._redis("audit_turn", self.queue.audit_turn, self.id, period_s=period)
+        if turn is None:
+            return
+        mine, record = turn
+        if not mine:
+            self._export_audit(record.counts if record else {})
+            return
+        seen = await self._redis("audit", self.queue.audit)
+        if seen is None:
+            return
+        found = await self._redis("audit_publish", self.queue.publish_audit, seen, record, worker=self.id,
+                                  ttl_s=AUDIT_RECORD_PERIODS * period)
+        if found is None:
+            return
+        self._export_audit({c: sum(1 for v in found if v.check is c) for c in AuditCheck})
+        if found and found != self._audit_logged:
+            event(log, "audit_violations", logging.WARNING,
+                  **{c.value: n for c in AuditCheck if (n := sum(1 for v in found if v.check is c))},
+                  members=[item_ref(v.member) for v in found[:10]],
                   hint="captcha-worker audit names every one; docs/guarantees.md says what each breaks")
-        self._audit_logged = violations
+        self._audit_logged = found
+
+    def _export_audit(self, counts: Mapping[AuditCheck, int]) -> None:
+        """The last cluster-wide audit's confirmed violations, by check (0 for a check it did not find)."""
+        for check in AuditCheck:
+            metrics.AUDIT_VIOLATIONS.labels(check.value).set(counts.get(check, 0))
 
     async def _report_loop(self) -> None:
         """report_bad / report_good requests, sent to CaptchaAI (res.php reportbad / reportgood)."""
