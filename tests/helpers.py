@@ -1,16 +1,22 @@
-"""Helpers shared by the tests (`from tests.helpers import ...`)."""
+"""The test harness, part 1 (`from tests.helpers import ...`): the key, the one `wait_until`, the one task factory
+(`task_body`), the one worker environment (`worker_env`), the CLI runner, the `listening on` wait, the in-process
+worker. Part 2, tests/procs.py: the processes (redis-server, simulator, workers, gateways, a whole stack). The
+tests, the chaos suite and the benchmarks (bench/common.py) all start their pieces from these two modules."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +30,61 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the API key every test uses (32 characters, as CaptchaAI issues them); OTHER_KEY: a second, valid one
 KEY = "0123456789abcdef0123456789abcdef"
 OTHER_KEY = "fedcba9876543210fedcba9876543210"
+TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}  # the params of the tests' tasks
+
+
+def task_body(task_id: str, reply_to: str | None = None, params: dict[str, str] | None = None, *,
+              method: str = "turnstile") -> str:
+    """A task as a producer pushes it (docs/contracts.md): `method` with `params` (default: TURNSTILE), submitted
+    now, its result notified on `reply_to` when given."""
+    task: dict[str, Any] = {"id": task_id, "method": method, "params": TURNSTILE if params is None else params,
+                            "submitted_at": time.time()}
+    if reply_to is not None:
+        task["reply_to"] = reply_to
+    return json.dumps(task)
+
+
+def worker_env(redis_url: str, api_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a `captcha-worker run` process (docs/contracts.md) against `api_url`: the test key, a
+    20-thread plan, 10 slots, the simulator's time at --speed 20, info logs, a 10 s drain; `extra` overrides.
+    LEASE_SECONDS stays the default (30 s) unless a test sets it: a short lease only turns a loaded machine's
+    scheduler stall into a reaped task."""
+    return {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": api_url, "CAPTCHAAI_THREADS": "20",
+            "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20", "LOG_LEVEL": "info", "DRAIN_GRACE_SECONDS": "10",
+            **extra}
+
+
+Predicate = Callable[[], "bool | Awaitable[bool]"]
+
+
+async def wait_until(predicate: Predicate, timeout: float, what: str, *, interval: float = 0.05) -> None:
+    """Until `predicate()` (a function or a coroutine function) is true; an OSError it raises (nothing listens
+    yet, a connection reset) counts as not yet. Fails after `timeout` seconds naming `what` and the last error:
+    a deadline for a stuck test, never a measurement (assert on what was waited for, not on how long it took)."""
+    deadline, last = time.monotonic() + timeout, ""
+    while True:
+        try:
+            result = predicate()
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return
+        except OSError as exc:
+            last = f" (last: {type(exc).__name__}: {exc})"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{last}")
+        await asyncio.sleep(interval)
+
+
+def wait_until_blocking(predicate: Callable[[], bool], timeout: float, what: str, *, interval: float = 0.05) -> None:
+    """`wait_until` for code outside an event loop (threads, synchronous fixtures): the same rules."""
+    async def check() -> bool:
+        return predicate()
+
+    async def wait() -> None:
+        await wait_until(check, timeout, what, interval=interval)
+
+    asyncio.run(wait())
 
 
 def redis_server_binary() -> str:

@@ -34,7 +34,7 @@ from captcha_worker.methods import KINDS, Kind
 from captcha_worker.queue import RedisQueue
 from captcha_worker.simulator import SimConfig, SimulatorServer
 from captcha_worker.task import Result, Status, Timings
-from tests.helpers import ROOT, free_port, run_cli
+from tests.helpers import ROOT, free_port, run_cli, wait_until
 from tests.procs import GatewayProc, RedisServer
 from tests.sim_helpers import PNG, Api, PingbackReceiver, kind_id, kind_params
 
@@ -108,13 +108,6 @@ def solved(task_id: str, solution: str = "TOKEN-1", user_agent: str | None = Non
 def failed(code: str) -> Any:
     return lambda task_id: Result(task_id, Status.ERROR, code=code, text="x",
                                   timings=Timings(claimed_at=time.time() - 1, finished_at=time.time()))
-
-
-async def eventually(check: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 # -- configuration ------------------------------------------------------------------------------------------------
@@ -320,7 +313,7 @@ async def test_threadsinfo_is_the_tenants_share_and_its_tasks_in_flight(stack: S
         reply = await stack.api.res("threadsinfo")
         return bool(reply.json == {"status": 1, "request": "OK", "threads": 3, "working_threads": 3})
 
-    await eventually(counted)
+    await wait_until(counted, 5, "threadsinfo to count the 3 claimed tasks")
     assert (await Api(stack.session, stack.server.url, KEY_B).res("threadsinfo", json_mode=False)).text == "OK|2|1"
     assert gm.IN_FLIGHT.labels("team-a")._value.get() == 3
 
@@ -381,7 +374,7 @@ async def test_actions(stack: Stack) -> None:
 async def test_solve_php_answers_when_solved(stack: Stack) -> None:
     image = {"method": "base64", "body": base64.b64encode(PNG).decode()}
     request = asyncio.create_task(stack.api.call("solve.php", image))
-    await eventually(lambda: _pending(stack))
+    await wait_until(lambda: _pending(stack), 5, "the solve.php task to be queued")
     await stack.finish(lambda tid: solved(tid, "abc12"))
     reply = await request
     assert reply.json == {"status": 1, "request": "abc12"}
@@ -421,7 +414,7 @@ async def test_redis_outage_is_an_error_to_retry_and_not_ready(redis_server: Any
     async def ready() -> bool:
         return (await stack.probe("/readyz"))[0] == 200
 
-    await eventually(ready, timeout=10)
+    await wait_until(ready, 10, "the gateway to be ready after Redis is back")
     assert (await stack.api.call("in.php", dict(TURNSTILE))).json["status"] == 1
 
 
@@ -503,7 +496,7 @@ async def test_a_listed_name_resolving_to_loopback_is_refused_at_delivery(redis:
         async def refused() -> bool:
             return bool(gm.CALLBACKS.labels("team-a", "refused")._value.get() == before + 1)
 
-        await eventually(refused)
+        await wait_until(refused, 5, "the callback to be refused")
         await asyncio.sleep(0.3)
         assert receiver.hits == []
 
@@ -520,7 +513,7 @@ async def test_failing_receivers_are_retried_a_bounded_number_of_times(redis: Re
         async def given_up() -> bool:
             return bool(gm.CALLBACKS.labels("team-a", "failed")._value.get() == before + 1)
 
-        await eventually(given_up, timeout=15)
+        await wait_until(given_up, 15, "the callback to be given up")
         assert len(receiver.hits) == 3  # GATEWAY_CALLBACK_ATTEMPTS
         assert len({h["id"] for h in receiver.hits}) == 1
 

@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 
 from captcha_worker.gateway import GatewayServer
 from captcha_worker.gateway import metrics as gm
+from tests.helpers import wait_until
 from tests.sim_helpers import PNG, PingbackReceiver
 from tests.test_gateway import (
     KEY_A,
@@ -32,7 +33,6 @@ from tests.test_gateway import (
     SECRET,
     Stack,
     config,
-    eventually,
     failed,
     solved,
     tenants,
@@ -195,7 +195,7 @@ async def test_redis_outage_is_retry_later(redis_server: Any, stack: Stack) -> N
     async def ready() -> bool:
         return (await stack.probe("/readyz"))[0] == 200
 
-    await eventually(ready, timeout=10)
+    await wait_until(ready, 10, "the gateway to be ready after Redis is back")
     assert (await create(stack, V2))["errorId"] == 0
 
 

@@ -55,7 +55,17 @@ from captcha_worker import codes, metrics, planner
 from captcha_worker.gateway import metrics as gm
 from captcha_worker.queue import Keys, RedisQueue
 from tests.chart.chartlib import CRD_SCHEMAS, K8S_SCHEMA_VERSIONS, REQUIRED_VALUES, TOOLS, chart_copy, tool
-from tests.helpers import KEY, OTHER_KEY, ROOT, cli_env, free_port, wait_listening
+from tests.helpers import (
+    KEY,
+    OTHER_KEY,
+    ROOT,
+    TURNSTILE,
+    cli_env,
+    free_port,
+    task_body,
+    wait_listening,
+    wait_until_blocking,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +110,6 @@ GATEWAY_TENANTS = {  # namespace -> tenants of its gateway
     "obs-tenants": [{"name": "flood", "key": TENANT_KEYS["flood"], "threads": 2},
                     {"name": "calm", "key": TENANT_KEYS["calm"], "threads": 8}],
 }
-TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
 RECAPTCHA = {"googlekey": "6LcR_okUAAAAAPYrPe-HK_0RULO1aZM15ENyM-Mf", "pageurl": "https://example.com/form"}
 
 
@@ -150,10 +159,6 @@ def rendered_rules(chart: Path, *sets: str, namespace: str = "captcha", release:
 
 def shortened_for() -> list[str]:
     return [f"prometheusRule.alerts.{key}.for={TEST_FOR}" for key in ALERT_VALUES.values()]
-
-
-def task_body(task_id: str, method: str, params: dict[str, str]) -> str:
-    return json.dumps({"id": task_id, "method": method, "params": params, "submitted_at": time.time()})
 
 
 class PromAPI:
@@ -326,14 +331,14 @@ async def produce(lab: Lab) -> None:
             await through_gateway(session, lab, "obs-main", "team-b", n % 2)
             await through_gateway(session, lab, "obs-tenants", "flood", 3)  # 7.5/s of 2 s solves: far past 2 threads
             await through_gateway(session, lab, "obs-tenants", "calm", int(n % 4 == 0))
-            batch = [(f"m{n}t{i}", task_body(f"m{n}t{i}", "turnstile", TURNSTILE)) for i in range(2)]
+            batch = [(f"m{n}t{i}", task_body(f"m{n}t{i}")) for i in range(2)]
             if n % 2 == 0:
-                batch.append((f"m{n}r", task_body(f"m{n}r", "userrecaptcha", RECAPTCHA)))
+                batch.append((f"m{n}r", task_body(f"m{n}r", params=RECAPTCHA, method="userrecaptcha")))
             await queues["obs-main"].push(batch, ttl=3600)
             if n % 2 == 0:
-                await queues["obs-fatal"].push([(f"f{n}", task_body(f"f{n}", "turnstile", TURNSTILE))], ttl=3600)
+                await queues["obs-fatal"].push([(f"f{n}", task_body(f"f{n}"))], ttl=3600)
             await queues["obs-saturated"].push(
-                [(f"s{n}t{i}", task_body(f"s{n}t{i}", "turnstile", TURNSTILE)) for i in range(2)], ttl=3600)
+                [(f"s{n}t{i}", task_body(f"s{n}t{i}")) for i in range(2)], ttl=3600)
             if n % 2 == 0:  # a seed-guide producer's raw JSON that no worker can run
                 bad = {"id": f"bad{n}", "method": "hcaptcha" if n % 4 else "nosuchmethod",
                        "params": {"sitekey": "x", "pageurl": "https://example.com"}}
@@ -349,9 +354,9 @@ async def preload(redis_url: str) -> None:
     redis = Redis.from_url(redis_url, decode_responses=True)
     try:
         await RedisQueue(redis, "obs-capacity").push(
-            [(f"c{i}", task_body(f"c{i}", "turnstile", TURNSTILE)) for i in range(30)], ttl=3600)
+            [(f"c{i}", task_body(f"c{i}")) for i in range(30)], ttl=3600)
         await RedisQueue(redis, "obs-reap").push(
-            [(f"r{i}", task_body(f"r{i}", "turnstile", TURNSTILE)) for i in range(16)], ttl=3600)
+            [(f"r{i}", task_body(f"r{i}")) for i in range(16)], ttl=3600)
     finally:
         await redis.aclose()
 
@@ -390,15 +395,6 @@ def start_prometheus(d: Path, rules_dir: Path) -> tuple[subprocess.Popen[bytes],
         assert time.monotonic() < deadline, "prometheus not ready after 30 s"
         time.sleep(0.2)
     return proc, api
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -453,7 +449,7 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 return gauge(scrape(capacity_port), "captcha_solver_plan_threads") == 6
             return False
 
-        wait_for(plan_read, 30, "the obs-capacity worker to read its plan")
+        wait_until_blocking(plan_read, 30, "the obs-capacity worker to read its plan")
         lab.sim_config("obs-capacity", threads=1)
         producer = threading.Thread(target=lambda: asyncio.run(produce(lab)), daemon=True)
         producer.start()
@@ -468,7 +464,7 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 return gauge(scrape(port), "captcha_solver_in_flight") >= 8
             return False
 
-        wait_for(victim_full, 30, "the obs-reap victim to hold 8 solves")
+        wait_until_blocking(victim_full, 30, "the obs-reap victim to hold 8 solves")
         time.sleep(2)  # a couple of scrapes of the healthy state
         victim.proc.send_signal(signal.SIGKILL)
         lab.events["kill"] = time.monotonic()
@@ -482,7 +478,7 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 return _solved(scrape(fatal_port)) >= 3
             return False
 
-        wait_for(fatal_solved, 30, "obs-fatal to solve a few tasks")
+        wait_until_blocking(fatal_solved, 30, "obs-fatal to solve a few tasks")
         lab.sim_config("obs-fatal", keys=[OTHER_KEY])
         lab.events["revoke"] = time.monotonic()
 
@@ -495,7 +491,7 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 lab.fired.setdefault(key, now)
             time.sleep(0.5)
         # the dashboard is evaluated while obs-main still runs: give it at least 20 s of history
-        wait_for(lambda: time.monotonic() - t0 > 25, 30, "obs-main history")
+        wait_until_blocking(lambda: time.monotonic() - t0 > 25, 30, "obs-main history")
         lab.main_metrics = scrape(main[0].metrics_port or 0)
         lab.gateway_metrics = scrape(lab.gateways["obs-main"].metrics_port or 0)
         lab.events["observed"] = time.monotonic()

@@ -4,12 +4,8 @@ The figures each test measures are printed (run with -s to see them)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import json
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,49 +17,24 @@ from redis.asyncio import Redis
 from captcha_worker.client import CaptchaQueue, Solved
 from captcha_worker.queue import Keys, RedisQueue
 from captcha_worker.simulator import Latency, OverCap, SimConfig, SimulatorServer
-from tests.helpers import KEY
+from tests.helpers import TURNSTILE, task_body, wait_until, worker_env
 from tests.procs import workers
 
-TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
 LEASE_S = 6  # the lease test's lease (see its docstring)
 KEYS = Keys("captcha")
 
 
-@asynccontextmanager
-async def simulator(**cfg: Any) -> AsyncIterator[SimulatorServer]:
-    async with SimulatorServer(SimConfig(**cfg)) as sim:
-        yield sim
-
-
-def worker_env(redis_url: str, sim: SimulatorServer, **extra: str) -> dict[str, str]:
-    env = {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "30",
-           "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20", "LOG_LEVEL": "info", "DRAIN_GRACE_SECONDS": "10"}
-    # LEASE_SECONDS stays the default (30 s): no test here kills a worker, and a short lease only turns a loaded
-    # machine's scheduler stall into a reaped task (the plan counted twice); the lease test sets its own
-    env.update(extra)
-    return env
-
-
-def task_body(task_id: str, reply_to: str) -> str:
-    return json.dumps({"id": task_id, "method": "turnstile", "params": TURNSTILE, "submitted_at": time.time(),
-                       "reply_to": reply_to})
-
-
-async def wait_until(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+def env_for(redis_url: str, sim: SimulatorServer, **extra: str) -> dict[str, str]:
+    """The harness's worker environment with this file's plan (30 threads) against the in-process simulator."""
+    return worker_env(redis_url, sim.url, **{"CAPTCHAAI_THREADS": "30", **extra})
 
 
 async def test_budget_three_workers_never_exceed_the_plan_threads(
         redis: Redis, redis_server: Any, tmp_path: Path) -> None:
     """30 slots, a budget of 12 and a plan of exactly 12 threads that refuses the 13th (ERROR_ZERO_BALANCE):
     one solve over the budget, anywhere, is an over-cap rejection."""
-    async with simulator(threads=12, over_cap=OverCap.ZERO_BALANCE, speed=20, seed=5) as sim:
-        env = worker_env(redis_server.url, sim, CAPTCHAAI_THREADS="12", WORKER_CONCURRENCY="10")
+    async with SimulatorServer(SimConfig(threads=12, over_cap=OverCap.ZERO_BALANCE, speed=20, seed=5)) as sim:
+        env = env_for(redis_server.url, sim, CAPTCHAAI_THREADS="12", WORKER_CONCURRENCY="10")
         async with CaptchaQueue(redis) as q:
             ids = await q.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(200)])
             with workers(3, env, tmp_path):
@@ -82,8 +53,9 @@ async def test_leases_are_renewed_through_solves_much_longer_than_the_lease(
     (two workers, each running one) takes a task back, nothing is claimed twice or submitted to the API twice.
     The heartbeat renews every lease/3 = 2 s, so a lease is lost only to a stall of the worker's loop longer than
     lease - period = 4 s (a 3 s lease allowed 2 s, which a loaded 2-core machine reaches)."""
-    async with simulator(threads=20, latency={"turnstile": Latency(2.5 * LEASE_S, 0.3)}, seed=3) as sim:
-        env = worker_env(redis_server.url, sim, API_TIME_SCALE="1", LEASE_SECONDS=str(LEASE_S),
+    latency = {"turnstile": Latency(2.5 * LEASE_S, 0.3)}
+    async with SimulatorServer(SimConfig(threads=20, latency=latency, seed=3)) as sim:
+        env = env_for(redis_server.url, sim, API_TIME_SCALE="1", LEASE_SECONDS=str(LEASE_S),
                          WORKER_CONCURRENCY="4", CAPTCHAAI_THREADS="20")
         async with CaptchaQueue(redis) as q:
             ids = await q.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(6)])
@@ -112,8 +84,8 @@ async def test_health_and_readiness_endpoints(redis: Redis, redis_server: Any, t
     """/healthz is the process; /readyz follows the worker: 200 while it claims, 503 with the reason when not."""
 
     other = "f" * 32
-    async with simulator(threads=5, speed=20) as sim:
-        env = worker_env(redis_server.url, sim, API_TIME_SCALE="20")
+    async with SimulatorServer(SimConfig(threads=5, speed=20)) as sim:
+        env = env_for(redis_server.url, sim, API_TIME_SCALE="20")
         with workers(1, env, tmp_path) as (w,):
             base = f"http://127.0.0.1:{w.metrics_port}"
             async with aiohttp.ClientSession() as http:

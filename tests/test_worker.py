@@ -21,10 +21,9 @@ from captcha_worker.config import WorkerConfig
 from captcha_worker.queue import SEED_RESULTS_HASH, Keys, RedisQueue
 from captcha_worker.simulator import Faults, OverCap, SimConfig, SimulatorServer
 from captcha_worker.worker import Phase, Worker
-from tests.helpers import KEY, run_cli, running_worker
+from tests.helpers import KEY, TURNSTILE, run_cli, running_worker, wait_until
 
 SPEED = 50.0
-TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
 
 
 @asynccontextmanager
@@ -401,13 +400,13 @@ async def test_a_held_lower_limit_takes_effect_at_once_for_live_workers_then_exp
             worker(redis_server.url, sim, CAPTCHAAI_THREADS="6", WORKER_CONCURRENCY="6", API_TIME_SCALE=speed,
                    LEASE_SECONDS="30"):  # the blocked loop renews no lease: 3 s ones expired under load (new units)
         await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(60)])
-        await _until(lambda: sim.stats().in_flight == 6, 15)
-        proc = run_cli("limit", "--threads", "2", "--hold", "5", "--holder", "rollout-t",  # blocks the loop
+        await wait_until(lambda: sim.stats().in_flight == 6, 15, "6 solves in flight")
+        proc = run_cli("limit", "--threads", "2", "--hold", "8", "--holder", "rollout-t",  # blocks the loop
                        env={"REDIS_URL": redis_server.url, "CAPTCHAAI_KEY": KEY})
         _, at_hold = await live_units()
         assert proc.returncode == 0, proc.stderr
         assert "effective limit 2" in proc.stdout and KEY not in proc.stdout + proc.stderr
-        # The hold runs 5 s of server time from the CLI's call, not from its exit (which a loaded machine delays):
+        # The hold runs 8 s of server time from the CLI's call, not from its exit (which a loaded machine delays):
         # only samples taken while it is in force are judged.
         hold_ends = await redis.zscore(Keys("captcha").limits, "2:rollout-t")
         assert hold_ends is not None, "the hold is in force"
@@ -418,19 +417,12 @@ async def test_a_held_lower_limit_takes_effect_at_once_for_live_workers_then_exp
                 break
             samples.append((len(now), len(now - at_hold)))
             await asyncio.sleep(0.05)
-        await _until(lambda: sim.stats().in_flight == 6, 15)  # the hold expired: the workers' 6 again
+        await wait_until(lambda: sim.stats().in_flight == 6, 15, "the workers' 6 solves again (the hold expired)")
         expiry, (sec, usec) = await redis.zscore(Keys("captcha").limits, "2:rollout-t"), await redis.time()
-    assert len(at_hold) > 2, at_hold
+    assert len(at_hold) > 2 and samples, (at_hold, samples)
     assert all(live <= 2 for live, new in samples if new), samples  # a unit taken after the hold: fewer than 2 in use
     assert min(live for live, _ in samples) <= 2 and any(new for _, new in samples), samples
     assert expiry is None or expiry <= sec + usec / 1e6, "expired (the next heartbeat drops it)"
-
-
-async def _until(ok: Any, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not ok():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
 
 
 def test_the_full_result_keeps_every_field_of_the_outcome_it_does_not_set() -> None:

@@ -8,12 +8,10 @@ timings; what is asserted is the outcome of every item (solved once, or dead-let
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import json
 import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,11 +21,11 @@ from redis.asyncio import Redis
 
 from captcha_worker.queue import Keys
 from captcha_worker.task import Result
-from tests.helpers import KEY, free_port
+from tests import helpers
+from tests.helpers import free_port
 from tests.procs import RedisServer
 
 KEYS = Keys("captcha")
-TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
 SPEED = "20"
 
 
@@ -63,16 +61,10 @@ class Row:
 
 
 def worker_env(redis_url: str, sim_url: str, **extra: str) -> dict[str, str]:
-    env = {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim_url, "CAPTCHAAI_THREADS": "20",
-           "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": SPEED, "LEASE_SECONDS": "3", "LOG_LEVEL": "info",
-           "DRAIN_GRACE_SECONDS": "10", "DEAD_LETTER_MAX": "100000"}
-    env.update(extra)
-    return env
-
-
-def task_body(task_id: str, reply_to: str, params: dict[str, str] | None = None) -> str:
-    return json.dumps({"id": task_id, "method": "turnstile", "params": params or TURNSTILE,
-                       "submitted_at": time.time(), "reply_to": reply_to})
+    """The harness's worker environment with the chaos suite's settings: 3 s leases (workers are killed here, and
+    their tasks must come back soon), the simulator's time at SPEED, room for every dead letter."""
+    return helpers.worker_env(redis_url, sim_url, **{"API_TIME_SCALE": SPEED, "LEASE_SECONDS": "3",
+                                                    "DEAD_LETTER_MAX": "100000", **extra})
 
 
 @pytest.fixture
@@ -95,18 +87,6 @@ async def admin(rs: RedisServer) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
-
-
-async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if await predicate():
-                return
-        except OSError:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 async def replies(admin: Redis, reply_to: str) -> collections.Counter[str]:

@@ -22,9 +22,10 @@ from redis.asyncio import Redis
 
 from captcha_worker.queue import RedisQueue
 from captcha_worker.task import Result
+from tests.helpers import task_body, wait_until
 from tests.procs import RedisServer, SimProc, WorkerProc, simulator, workers
 
-from .conftest import KEYS, SPEED, Row, crashes, replies, task_body, wait_until, worker_env
+from .conftest import KEYS, SPEED, Row, crashes, replies, worker_env
 
 
 async def _push(admin: Redis, ids: list[str], reply: str, method_params: dict[str, Any] | None = None) -> None:

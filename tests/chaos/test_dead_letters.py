@@ -8,10 +8,10 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Failed, Solved
-from tests.helpers import run_cli
+from tests.helpers import run_cli, wait_until
 from tests.procs import RedisServer, simulator, workers
 
-from .conftest import KEYS, SPEED, Row, crashes, wait_until, worker_env
+from .conftest import KEYS, SPEED, Row, crashes, worker_env
 from .fuzz import PLANTED
 
 SECRET_TASK = {"pageurl": f"https://alice:{PLANTED}@example.com", "proxy": f"bob:{PLANTED}@10.0.0.1:3128",

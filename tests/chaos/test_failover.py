@@ -31,10 +31,11 @@ import pytest
 from captcha_worker.client import CaptchaQueue, QueueUnavailable, Solved, TaskSpec, TimedOut, UnknownTask
 from captcha_worker.connection import refusal
 from captcha_worker.task import Result
+from tests.helpers import TURNSTILE
 from tests.procs import RedisServer, WorkerProc, simulator, workers
 from tests.topology import ClusterTopology, SentinelTopology, cluster, sentinel
 
-from .conftest import SPEED, TURNSTILE, Row, crashes, worker_env
+from .conftest import SPEED, Row, crashes, worker_env
 
 N = 500
 BATCH = 5  # the producer submits BATCH tasks every PACE seconds, through the failover

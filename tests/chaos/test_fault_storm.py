@@ -11,9 +11,10 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from captcha_worker.queue import RedisQueue
+from tests.helpers import task_body, wait_until
 from tests.procs import RedisServer, simulator, workers
 
-from .conftest import KEYS, SPEED, Row, crashes, replies, task_body, wait_until, worker_env
+from .conftest import KEYS, SPEED, Row, crashes, replies, worker_env
 
 FAULTS = ["--fault", "html502=0.1", "--fault", "nonjson=0.1", "--fault", "reset=0.1", "--fault", "server_error=0.1",
           "--fault", "slow=0.05", "--slow-seconds", "3"]

@@ -16,10 +16,10 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from captcha_worker.task import valid_task_id
-from tests.helpers import run_cli
+from tests.helpers import run_cli, task_body, wait_until
 from tests.procs import RedisServer, simulator, workers
 
-from .conftest import KEYS, SPEED, Row, crashes, replies, task_body, wait_until, worker_env
+from .conftest import KEYS, SPEED, Row, crashes, replies, worker_env
 from .fuzz import PLANTED, payloads
 
 MAX_BYTES = 262_144

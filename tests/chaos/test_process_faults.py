@@ -19,10 +19,10 @@ from redis.asyncio import Redis
 from captcha_worker.client import CaptchaQueue, Solved
 from captcha_worker.queue import RedisQueue
 from captcha_worker.task import Result
-from tests.helpers import ROOT, cli_env
+from tests.helpers import ROOT, TURNSTILE, cli_env, task_body, wait_until
 from tests.procs import RedisServer, simulator, workers
 
-from .conftest import KEYS, SPEED, TURNSTILE, Row, crashes, replies, task_body, wait_until, worker_env
+from .conftest import KEYS, SPEED, Row, crashes, replies, worker_env
 
 
 async def test_sigkill_storm_mid_solve_loses_nothing_and_delivers_once(

@@ -15,10 +15,10 @@ from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, QueueUnavailable
 from captcha_worker.queue import RedisQueue, as_awaitable
-from tests.helpers import free_port
+from tests.helpers import TURNSTILE, free_port, task_body, wait_until
 from tests.procs import RedisServer, WorkerProc, simulator, workers
 
-from .conftest import KEYS, SPEED, TURNSTILE, Row, crashes, replies, task_body, wait_until, worker_env
+from .conftest import KEYS, SPEED, Row, crashes, replies, worker_env
 
 Outage = Callable[[Redis, RedisServer], Awaitable[Callable[[], Awaitable[None]]]]
 

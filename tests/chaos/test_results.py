@@ -9,10 +9,10 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, ResultExpired, Solved, UnknownTask
-from tests.helpers import run_cli
+from tests.helpers import TURNSTILE, run_cli
 from tests.procs import RedisServer, simulator, workers
 
-from .conftest import SPEED, TURNSTILE, Row, worker_env
+from .conftest import SPEED, Row, worker_env
 
 
 async def test_an_expired_result_and_an_unknown_id_are_different_outcomes(

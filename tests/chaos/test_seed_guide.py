@@ -14,9 +14,10 @@ import redis as sync_redis
 from redis.asyncio import Redis
 
 from captcha_worker.queue import SEED_QUEUE_LIST, SEED_RESULTS_HASH
+from tests.helpers import TURNSTILE, wait_until
 from tests.procs import RedisServer, simulator, workers
 
-from .conftest import KEYS, SPEED, TURNSTILE, Row, crashes, wait_until, worker_env
+from .conftest import KEYS, SPEED, Row, crashes, worker_env
 
 
 class GuideQueue:

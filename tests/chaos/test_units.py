@@ -15,9 +15,10 @@ from redis.asyncio import Redis
 
 from captcha_worker.budget import STRAY_MARK, UNIT_PREFIX
 from captcha_worker.queue import RedisQueue, confirmed
+from tests.helpers import task_body, wait_until
 from tests.procs import RedisServer, simulator, workers
 
-from .conftest import KEYS, Row, crashes, replies, task_body, wait_until, worker_env
+from .conftest import KEYS, Row, crashes, replies, worker_env
 
 STALE_S = 1.0  # a unit of a task delivered longer ago than this is a phantom (a delivery is seen within 10 ms)
 
