@@ -22,7 +22,8 @@ help:
 	@echo "make test   - install what the tests need (python deps, redis-server, prometheus, helm v3/v4, kubeconform,"
 	@echo "              helm-unittest, checkov, hadolint, the CaptchaAI client libraries), make lint, the fast tier"
 	@echo "make unit   - the inner loop: the fast tier without lint"
-	@echo "make lint   - ruff, mypy (strict: src, tests, bench, dashboards) and ct lint on the chart (version-bump check)"
+	@echo "make lint   - ruff, mypy (strict: src, tests, bench, dashboards), luacheck on the Redis scripts and ct lint on"
+	@echo "              the chart (version-bump check)"
 	@echo "make integration - the slower tier: Prometheus, Sentinel/Cluster, client libraries, shares flood, bench smoke"
 	@echo "make chaos  - the chaos suite (tests/chaos): processes under faults and hostile input"
 	@echo "make test-stress - make test with two busy-loop processes beside it (both cores loaded)"
@@ -48,6 +49,7 @@ tools: venv
 lint: venv tools
 	$(VENV)/bin/ruff check src tests bench dashboards scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/python scripts/lint-lua.py
 	scripts/ct-lint.sh
 
 test: venv tools lint

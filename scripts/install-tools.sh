@@ -12,6 +12,8 @@
 #   redis          Debian packages redis-server + redis-tools + redis-sentinel (apt-get; the Sentinel and Cluster
 #                  topology tests start redis-sentinel and `redis-cli --cluster create`)
 #   prometheus     Debian package prometheus (prometheus + promtool) (apt-get)
+#   luacheck       Debian package lua-check (`luacheck`: `make lint` checks the Redis scripts with it,
+#                  scripts/lint-lua.py) (apt-get)
 #   helm           real Helm v3 and v4 CLIs, built from the Go module proxy: .tools/bin/helm3, .tools/bin/helm4,
 #                  .tools/bin/helm (= v3)
 #   kubeconform    .tools/bin/kubeconform
@@ -71,7 +73,7 @@ COSIGN_VERSION=v2.6.5          # github.com/sigstore/cosign/v2
 SYFT_VERSION=v1.57.2           # github.com/anchore/syft
 ORAS_VERSION=v1.3.6            # oras.land/oras
 
-ALL=(redis prometheus helm kubeconform helm-unittest helm-docs ct grafana-schema pytools clients)
+ALL=(redis prometheus luacheck helm kubeconform helm-unittest helm-docs ct grafana-schema pytools clients)
 OPTIONAL=(release)  # only with --only
 
 log() { printf 'install-tools: %-13s %s\n' "$1" "$2"; }
@@ -147,6 +149,16 @@ if wants redis; then
     command -v redis-sentinel >/dev/null || die redis "redis-sentinel still not on PATH after apt-get install"
     # Debian's package may start a system redis on 6379; tests start their own on free ports.
     log redis "installed ($(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p'))"
+  fi
+fi
+
+if wants luacheck; then
+  if command -v luacheck >/dev/null; then
+    log luacheck "ok ($(luacheck --version | awk 'NR==1{print $2}'))"
+  else
+    apt_install luacheck lua-check
+    command -v luacheck >/dev/null || die luacheck "luacheck still not on PATH after apt-get install lua-check"
+    log luacheck "installed ($(luacheck --version | awk 'NR==1{print $2}'))"
   fi
 fi
 

@@ -41,6 +41,7 @@ TIERS: dict[str, str] = {
     "tests/test_routing.py": INTEGRATION,  # workers routing to a provider: 2 simulator processes (~60 s)
     "tests/test_producer.py": FAST,  # the producer library against a stack (~60 s)
     "tests/test_queue.py": FAST,
+    "tests/test_store.py": FAST,  # the Lua loader; every script parsed by a real redis-server
     "tests/test_races.py": FAST,
     "tests/test_release.py": RELEASE,  # make release against a real registry (root, buildah; ~90 s)
     "tests/test_release_chart.py": FAST,

@@ -19,8 +19,9 @@ The *effective limit* is the smallest limit a live worker enforces, the caller's
 takes effect once no live worker enforces a lower limit; lowering takes effect at once, because no claim takes a
 unit while the units in use reach it (the solves already running finish, none starts).
 
-The Lua functions of :data:`LUA` run inside the queue's scripts (CLAIM and LEASE acquire, ACK / BURY / RELEASE
-release or hold) so that a claim and its unit are one atomic step; :class:`Budget` is the Python side.
+The Lua functions of ``store/lua/lib/budget.lua`` run inside the queue's scripts (CLAIM and LEASE acquire, ACK /
+BURY / RELEASE release or hold) so that a claim and its unit are one atomic step; :class:`Budget` is the Python
+side.
 """
 
 from __future__ import annotations
@@ -29,114 +30,20 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from captcha_worker.connection import Client, SlotScript
+from captcha_worker.connection import Client
+from captcha_worker.store.scripts import Constant, SlotScript, lua
 
 #: no limit of the caller's own (``stats`` from a CLI); a limit registered by a live worker still applies
 UNLIMITED = -1
 UNIT_PREFIX = "t:"
 STRAY_MARK = "~"
 
-# Need a local `now` (the scripts' server time) declared before them. SETTLE_LUA, for the scripts that only
-# release or hold a unit (ACK, BURY, RELEASE, RECORD), reads `now` only to hold one; LUA adds acquiring and the limit.
-# `b` is {units = key, limits = key, own = limit or UNLIMITED}.
-SETTLE_LUA = f"""
-local UNLIMITED, UNIT_PREFIX, STRAY_MARK = {UNLIMITED}, '{UNIT_PREFIX}', '{STRAY_MARK}'
-""" + """
--- release (hold_s 0) or hold: the solve may run hold_s more seconds at the API, so the unit stays counted that long.
--- `mine`: the caller still owns the task (a unit named after a task another worker took over is left to it).
-local function budget_settle(units, unit, hold_s, mine)
-  if unit == '' then return end
-  if hold_s > 0 then
-    redis.call('ZADD', units, 'GT', now + hold_s, unit)
-  elseif mine or string.find(unit, STRAY_MARK, 1, true) then
-    redis.call('ZREM', units, unit)
-  end
-end
-"""
-LUA = SETTLE_LUA + """
-local BUDGET_FULL, BUDGET_TAKEN, BUDGET_HELD = 0, 1, 2
--- the smallest limit of a live worker, and the caller's own
-local function budget_limit(b)
-  local limit = b.own
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', b.limits, now, '+inf')) do
-    local l = tonumber(string.match(member, '^(%d+):'))
-    if l and (limit == UNLIMITED or l < limit) then limit = l end
-  end
-  return limit
-end
--- drop expired units; read the limit and the units in use
-local function budget_open(b)
-  redis.call('ZREMRANGEBYSCORE', b.units, '-inf', now)
-  b.limit = budget_limit(b)
-  b.in_use = redis.call('ZCARD', b.units)
-  return b
-end
--- acquire: HELD when the unit exists (a solve left running by an earlier owner), TAKEN when a free one was taken,
--- FULL when none is free
-local function budget_take(b, unit, lease_s)
-  if b.limit == UNLIMITED or b.in_use < b.limit then
-    if redis.call('ZADD', b.units, 'NX', now + lease_s, unit) == 1 then  -- one call on the common path
-      b.in_use = b.in_use + 1
-      return BUDGET_TAKEN
-    end
-  elseif not redis.call('ZSCORE', b.units, unit) then
-    return BUDGET_FULL
-  end
-  redis.call('ZADD', b.units, 'GT', now + lease_s, unit)
-  return BUDGET_HELD
-end
-"""
-
-_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-"""
-
-# KEYS[1] units  KEYS[2] limits | ARGV[1] own limit  ARGV[2] lease s  ARGV[3..] units wanted.   Returns the units
-# the caller holds now (taken, or held already).
-_ACQUIRE = _NOW + LUA + """
-local b = budget_open({units = KEYS[1], limits = KEYS[2], own = tonumber(ARGV[1])})
-local lease_s = tonumber(ARGV[2])
-local got = {}
-for i = 3, #ARGV do
-  if budget_take(b, ARGV[i], lease_s) ~= BUDGET_FULL then got[#got + 1] = ARGV[i] end
-end
-return got
-"""
-
-# KEYS[1] units | ARGV[1] lease s  ARGV[2..] units.   Keeps each unit at least a lease from now (never shortens a
-# hold); a unit that is gone (it expired while its worker stalled) is counted again at once, since its solve runs
-# on. Returns those.
-_RENEW = _NOW + """
-local units, lease_s = KEYS[1], tonumber(ARGV[1])
-local lost = {}
-for i = 2, #ARGV do
-  if not redis.call('ZSCORE', units, ARGV[i]) then lost[#lost + 1] = ARGV[i] end
-  redis.call('ZADD', units, 'GT', now + lease_s, ARGV[i])
-end
-return lost
-"""
-
-# KEYS[1] units  KEYS[2] limits | ARGV[1] own limit.   Returns {effective limit, units in use}.
-_STATE = _NOW + LUA + """
-local b = budget_open({units = KEYS[1], limits = KEYS[2], own = tonumber(ARGV[1])})
-return {b.limit, b.in_use}
-"""
-
-# KEYS[1] units  KEYS[2] limits | ARGV[1] member (``limit_member``)  ARGV[2] hold s.   Registers the member until
-# hold s from now, replacing an earlier entry of the same holder; returns {effective limit, units in use}.
-_HOLD = _NOW + LUA + """
-local units, limits, member, hold_s = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local HOLDER = '^%d+:(.*)$'
-local holder = string.match(member, HOLDER)
-for _, m in ipairs(redis.call('ZRANGE', limits, 0, -1)) do
-  if m ~= member and string.match(m, HOLDER) == holder then redis.call('ZREM', limits, m) end
-end
-redis.call('ZADD', limits, now + hold_s, member)
-redis.call('ZREMRANGEBYSCORE', limits, '-inf', now)
-local b = budget_open({units = units, limits = limits, own = UNLIMITED})
-return {b.limit, b.in_use}
-"""
+#: the constants of the budget's Lua (store/lua/lib/budget.lua, budget_*.lua)
+LUA_CONSTANTS: dict[str, Constant] = {"UNLIMITED": UNLIMITED, "UNIT_PREFIX": UNIT_PREFIX, "STRAY_MARK": STRAY_MARK}
+_ACQUIRE = lua("budget_acquire", LUA_CONSTANTS)
+_RENEW = lua("budget_renew", LUA_CONSTANTS)
+_STATE = lua("budget_state", LUA_CONSTANTS)
+_HOLD = lua("budget_hold", LUA_CONSTANTS)
 
 
 def unit_of(task_id: str) -> str:

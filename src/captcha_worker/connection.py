@@ -68,8 +68,7 @@ the typed :class:`RedisUnavailable` with the reason.
 from __future__ import annotations
 
 import enum
-import hashlib
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 from redis import exceptions as rexc
@@ -346,36 +345,6 @@ async def on_slot_connection(redis: RedisCluster, key: str, commands: Sequence[S
     finally:
         node._free.append(conn)
     return replies
-
-
-async def load_script(redis: Client, script: Any, key: str) -> None:
-    """SCRIPT LOAD where calls naming `key` go. Redis does not replicate the script cache, so a promoted replica
-    answers NOSCRIPT; on a Cluster the load must reach that node (the slot's master), which redis-py's default
-    (every primary of a slot map a failover may have left stale) does not promise."""
-    pin = await on_queue_slot(redis, key)
-    await cast(Awaitable[str], redis.execute_command("SCRIPT LOAD", script, **pin) if pin
-               else redis.script_load(script))
-
-
-class SlotScript:
-    """A Lua script run by EVALSHA, loaded again where it runs when Redis answers NOSCRIPT (redis-py's own
-    ``register_script`` reloads through every primary of the client's slot map, which after a Cluster failover
-    may not name the promoted node: the call would fail with NOSCRIPT until the map is read again)."""
-
-    def __init__(self, redis: Client, script: str) -> None:
-        self.redis, self.script = redis, script
-        self.sha = hashlib.sha1(script.encode(), usedforsecurity=False).hexdigest()  # the script cache key
-
-    async def __call__(self, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> Any:
-        for attempt in (1, 2):
-            try:
-                return await cast(Awaitable[Any], self.redis.execute_command("EVALSHA", self.sha, len(keys), *keys,
-                                                                             *args))
-            except rexc.NoScriptError:
-                if attempt == 2 or not keys:
-                    raise
-            await load_script(self.redis, self.script, keys[0])
-        raise AssertionError("unreachable")  # pragma: no cover
 
 
 def note_redirect(redis: Client, exc: BaseException) -> None:

@@ -55,10 +55,11 @@ from urllib.parse import quote
 from aiohttp import web
 
 from captcha_worker import metrics
-from captcha_worker.connection import Client, SlotScript, refusal
+from captcha_worker.connection import Client, refusal
 from captcha_worker.log import event
 from captcha_worker.methods import Answer
 from captcha_worker.queue import Keys
+from captcha_worker.store.scripts import SlotScript, lua
 
 log = logging.getLogger("captcha_worker.pingback")
 
@@ -70,56 +71,10 @@ ENDED_TTL_MS: Final = 60_000
 WAKE_TTL_S: Final = 60
 WAKE_BATCH: Final = 256
 
-# KEYS[1] the record, KEYS[2] the wake list of the worker the caller read from it  ARGV: token hash, captcha id,
-# code, user agent ("" = none), that worker, wake TTL (s), handle. 'moved': the record names another worker now
-# (read it again); every key the script touches is declared (Redis Cluster routes and checks by KEYS).
-_RECEIVE = """
-local rec = redis.call('HMGET', KEYS[1], 'h', 'w', 'c', 'a', 's')
-if not rec[1] then return 'unknown' end
-if rec[1] ~= ARGV[1] then return 'forbidden' end
-if rec[3] and rec[3] ~= ARGV[2] then return 'forbidden' end
-if rec[4] or rec[5] then return 'duplicate' end
-if rec[2] ~= ARGV[5] then return 'moved' end
-redis.call('HSET', KEYS[1], 'a', ARGV[3], 'i', ARGV[2])
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'u', ARGV[4]) end
-redis.call('RPUSH', KEYS[2], ARGV[7])
-redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
-return 'accepted'
-"""
-
-# KEYS[1] the record  ARGV: token hash, worker, TTL (ms)
-_OPEN = """
-redis.call('HSET', KEYS[1], 'h', ARGV[1], 'w', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
-return 1
-"""
-
-# in.php answered. KEYS[1] the record  ARGV: captcha id, TTL (ms). Returns {answer, user agent} when a callback of
-# that id came first, else nothing (a callback that named another id is dropped)
-_BIND = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-redis.call('HSET', KEYS[1], 'c', ARGV[1])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
-local got = redis.call('HMGET', KEYS[1], 'a', 'u', 'i')
-if not got[1] then return false end
-if got[3] ~= ARGV[1] then redis.call('HDEL', KEYS[1], 'a', 'u', 'i') return false end
-redis.call('HDEL', KEYS[1], 'a', 'u', 'i')
-redis.call('HSET', KEYS[1], 's', '1')
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
-return {got[1], got[2] or ''}
-"""
-
-# the solve ended or was woken. KEYS[1] the record  ARGV: ended TTL (ms). Returns {answer, user agent} or nothing;
-# the answer leaves Redis either way
-_TAKE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-local got = redis.call('HMGET', KEYS[1], 'a', 'u')
-redis.call('HDEL', KEYS[1], 'a', 'u', 'i')
-redis.call('HSET', KEYS[1], 's', '1')
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]))
-if not got[1] then return false end
-return {got[1], got[2] or ''}
-"""
+_RECEIVE = lua("pingback_receive")
+_OPEN = lua("pingback_open")
+_BIND = lua("pingback_bind")
+_TAKE = lua("pingback_take")
 
 
 def token_hash(token: str) -> str:

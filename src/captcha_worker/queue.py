@@ -1,4 +1,4 @@
-"""Every Redis key and Lua script of a queue, in one place.
+"""Every Redis key of a queue and its transitions, in one place (each transition's Lua is ``store/lua/<name>.lua``).
 
 Keys (queue ``q``, default ``captcha``).  All share the hash tag ``{q}`` so scripts and BLMOVE work on Redis
 Cluster; several queues are several tags.
@@ -11,7 +11,7 @@ seed guide's results hash) is a slot of its own: scripts never mix it with the q
 step, which Cluster refuses (CROSSSLOT, see the table). Durable writes (``REDIS_WAIT_REPLICAS``) send their WAIT
 to the queue slot's master on the same connection as the write (``connection.on_slot_connection``). Redis does not
 replicate its script cache: a promoted replica answers NOSCRIPT, and the script is loaded on the node of the call's
-first key and the call sent again (``connection.SlotScript``).
+first key and the call sent again (``store.scripts.SlotScript``).
 
 =========================  ======  ==========================================================================
 key                        type    meaning
@@ -164,14 +164,8 @@ from captcha_worker import budget, shares
 from captcha_worker.budget import UNLIMITED, Budget, BudgetState
 from captcha_worker.codes import Code
 from captcha_worker.config import DEFAULT_DEAD_LETTER_MAX, DEFAULT_MAX_TASK_BYTES
-from captcha_worker.connection import (
-    Client,
-    NotReplicated,
-    SlotScript,
-    load_script,
-    note_redirect,
-    on_slot_connection,
-)
+from captcha_worker.connection import Client, NotReplicated, note_redirect, on_slot_connection
+from captcha_worker.store.scripts import Constant, SlotScript, lua
 from captcha_worker.task import MAX_ID_LENGTH, Fingerprint, PayloadView, Result, valid_task_id
 
 T = TypeVar("T")
@@ -180,534 +174,28 @@ Text = str | bytes
 REPORTS_MAX = 10_000  # report requests kept while no worker sends them
 ACK_KEYS, ACK_ARGS = 3, 6  # keys and arguments of each ack in an ACK call (after the shared ones)
 
-# -- Lua ----------------------------------------------------------------------------------------------------
-# Server time keeps leases independent of worker clocks. Scripts are replicated by effects (Redis >= 5).
-_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-"""
-
-# KEYS[1] pending  then per task: KEYS[2k] task hash, KEYS[2k+1] result | ARGV[1] ttl  ARGV[2] '1' = push to
-# the front  ARGV[3..] id, body pairs.   A task whose id is known (hash or result exists) is left alone: a
-# repeated submit is a no-op.  Returns how many tasks were new.
-_PUSH = """
-local pending, ttl, front = KEYS[1], ARGV[1], ARGV[2] == '1'
-local ids = {}
-for k = 1, (#KEYS - 1) / 2 do
-  local task, result = KEYS[2 * k], KEYS[2 * k + 1]
-  local id, body = ARGV[2 * k + 1], ARGV[2 * k + 2]
-  if redis.call('EXISTS', task) == 0 and redis.call('EXISTS', result) == 0 then
-    redis.call('HSET', task, 'body', body)
-    redis.call('EXPIRE', task, ttl)
-    ids[#ids + 1] = id
-  end
-end
-if #ids > 0 then
-  if front then redis.call('LPUSH', pending, unpack(ids)) else redis.call('RPUSH', pending, unpack(ids)) end
-end
-return #ids
-"""
-
-# Shared by CLAIM and LEASE: lease one item that is in processing. Returns its fields {item, body|false, failures,
-# deaths, flag, unit|false, captcha id|false, seconds that id can still be answered|false} (flags as ClaimFlag),
-# or nil when it needs a budget unit and none is free (the caller puts it back). A raw item over the size limit
-# is buried here, unread: {sha1, false, size, 0, too large, ...}. `c` holds the keys and arguments, `c.b` the
-# budget (budget.LUA).
-_LEASE_ITEM = budget.LUA + f"""
-local MAX_ID, TOO_LARGE = {MAX_ID_LENGTH}, '{Code.TASK_TOO_LARGE}'
-""" + """
-local FLAG_NONE, FLAG_DONE, FLAG_ITEM_TOO_LARGE, FLAG_BODY_TOO_LARGE = 0, 1, 2, 3
-local function is_id(item)
-  return #item <= MAX_ID and string.find(item, '^[%w_.:%-]+$') ~= nil
-end
-local function bury_too_large(c, item)
-  redis.call('LREM', c.processing, -1, item)
-  redis.call('ZREM', c.leases, item)
-  local sha1 = redis.sha1hex(item)
-  redis.call('LPUSH', c.dead, string.format('{"id":null,"reason":"payload is %d bytes, over the limit of %d",'
-    .. '"code":"%s","attempts":1,"at":%.3f,"view":"(%d bytes, sha1 %s)"}',
-    #item, c.max_bytes, TOO_LARGE, now, #item, sha1))
-  redis.call('LTRIM', c.dead, 0, c.dead_cap - 1)
-  return {sha1, false, #item, 0, FLAG_ITEM_TOO_LARGE, false, false, false}
-end
-local function leased(c, item, flag)
-  redis.call('ZADD', c.leases, now + c.lease_s, item)
-  if c.any_orphans then redis.call('ZREM', c.orphans, item) end
-  return {item, false, 0, 0, flag, false, false, false}
-end
-local function lease(c, item)
-  if #item > c.max_bytes then return bury_too_large(c, item) end
-  if not is_id(item) then return leased(c, item, FLAG_NONE) end
-  local task = c.task_prefix .. item
-  if redis.call('EXISTS', c.result_prefix .. item) == 1 or redis.call('HEXISTS', task, 'state') == 1 then
-    return leased(c, item, FLAG_DONE)
-  end
-  local size = redis.call('HSTRLEN', task, 'body')
-  if size == 0 then return leased(c, item, FLAG_NONE) end
-  if size > c.max_bytes then return leased(c, item, FLAG_BODY_TOO_LARGE) end
-  local unit = UNIT_PREFIX .. item
-  if budget_take(c.b, unit, c.lease_s) == BUDGET_FULL then return nil end
-  leased(c, item, FLAG_NONE)
-  redis.call('HSET', task, 'owner', c.worker)
-  local f = redis.call('HMGET', task, 'failures', 'deaths', 'captcha_id', 'captcha_until', 'body')
-  local left = false
-  if f[3] and f[4] then left = string.format('%.3f', tonumber(f[4]) - now) end
-  return {item, f[5], tonumber(f[1] or 0), tonumber(f[2] or 0), FLAG_NONE, unit, f[3], left}
-end
-local function claim_ctx(k, a)
-  return {processing = k.processing, leases = k.leases, orphans = k.orphans, dead = k.dead,
-          any_orphans = redis.call('EXISTS', k.orphans) == 1,  -- almost never: no ZREM per item then
-          lease_s = tonumber(a.lease_s), task_prefix = a.task_prefix, result_prefix = a.result_prefix,
-          max_bytes = tonumber(a.max_bytes), dead_cap = tonumber(a.dead_cap), worker = a.worker,
-          b = budget_open({units = k.budget, limits = k.limits, own = tonumber(a.limit)})}
-end
-"""
-
-# KEYS[1] pending  KEYS[2] processing  KEYS[3] leases  KEYS[4] orphans  KEYS[5] dead  KEYS[6] budget  KEYS[7] limits
-# KEYS[8] tenants  KEYS[9] compat list (absent when off) | ARGV[1] max items  ARGV[2] lease s  ARGV[3] task key prefix
-# ARGV[4] result key prefix  ARGV[5] max item bytes  ARGV[6] dead cap  ARGV[7] worker  ARGV[8] its limit  ARGV[9]
-# waiting key prefix.   Returns {effective limit, units in use, stop reason (shares.STOP_*), tasks waiting (pending
-# and the tenants' waiting lists), {lease() fields, flattened}}. Each item comes from the list shares_pick chose.
-_CLAIM = _NOW + _LEASE_ITEM + shares.LUA + """
-local pending, processing, compat = KEYS[1], KEYS[2], KEYS[9]
-local c = claim_ctx({processing = processing, leases = KEYS[3], orphans = KEYS[4], dead = KEYS[5],
-                     budget = KEYS[6], limits = KEYS[7]},
-                    {lease_s = ARGV[2], task_prefix = ARGV[3], result_prefix = ARGV[4], max_bytes = ARGV[5],
-                     dead_cap = ARGV[6], worker = ARGV[7], limit = ARGV[8]})
-local s = shares_open({tenants = KEYS[8], waiting = ARGV[9]}, c.b)
-local wanted = tonumber(ARGV[1])
-local out, stop = {}, STOP_NONE
--- no share table, no compat list and a unit free: shares_pick would answer the head of pending, whatever it is
-local function quick(b)
-  return #s.names == 0 and not compat and (b.limit == UNLIMITED or b.in_use < b.limit)
-end
-for _ = 1, wanted do
-  local source, tenant = pending, NO_TENANT
-  if not quick(c.b) then
-    shares_sort(s, c.b, pending)
-    local head = pending
-    if compat and redis.call('LLEN', pending) == 0 then head = compat end
-    local pick = shares_pick(s, c.b, head)
-    source, tenant = pick[1], pick[2]
-  end
-  if not source then stop = tenant; break end
-  local item = redis.call('LMOVE', source, processing, 'LEFT', 'RIGHT')
-  if not item then break end  -- the quick path on an empty pending list
-  local before = c.b.in_use
-  local fields = lease(c, item)
-  if not fields then
-    redis.call('LMOVE', processing, source, 'RIGHT', 'LEFT')
-    stop = STOP_FULL
-    break
-  end
-  shares_took(s, tenant, c.b.in_use > before)
-  for _, v in ipairs(fields) do out[#out + 1] = v end
-end
-return {c.b.limit, c.b.in_use, stop, redis.call('LLEN', pending) + shares_waiting_total(s), out}
-"""
-
-# After a blocking BLMOVE. KEYS[1] processing  KEYS[2] leases  KEYS[3] orphans  KEYS[4] dead  KEYS[5] budget
-# KEYS[6] limits  KEYS[7] pending  KEYS[8] tenants | ARGV[1] item  then as CLAIM's ARGV[2..9].   Returns CLAIM's
-# reply with no item when a reaper already took the item back, when a known tenant's task came (it goes to its
-# waiting list: the caller claims next, and the claim picks by share), or when no unit is free or the tenants'
-# reservations leave none (the item goes back to the front).
-_LEASE = _NOW + _LEASE_ITEM + shares.LUA + """
-local processing, pending, item = KEYS[1], KEYS[7], ARGV[1]
-local c = claim_ctx({processing = processing, leases = KEYS[2], orphans = KEYS[3], dead = KEYS[4],
-                     budget = KEYS[5], limits = KEYS[6]},
-                    {lease_s = ARGV[2], task_prefix = ARGV[3], result_prefix = ARGV[4], max_bytes = ARGV[5],
-                     dead_cap = ARGV[6], worker = ARGV[7], limit = ARGV[8]})
-local s = shares_open({tenants = KEYS[8], waiting = ARGV[9]}, c.b)
-local function reply(stop, fields)
-  return {c.b.limit, c.b.in_use, stop, redis.call('LLEN', pending) + shares_waiting_total(s), fields}
-end
-if not redis.call('LPOS', processing, item) then return reply(STOP_NONE, {}) end
-local tenant = shares_tenant(s, item)
-if tenant and not shares_free(c.b, item) then
-  redis.call('LREM', processing, -1, item)
-  redis.call('RPUSH', s.waiting .. tenant, item)
-  s.waiting_n[tenant] = s.waiting_n[tenant] + 1
-  return reply(STOP_NONE, {})
-end
-local fields = (shares_free(c.b, item) or shares_may_take(s, c.b, NO_TENANT)) and lease(c, item)
-if not fields then
-  redis.call('LREM', processing, -1, item)
-  redis.call('LPUSH', pending, item)
-  return reply(c.b.in_use >= c.b.limit and c.b.limit ~= UNLIMITED and STOP_FULL or STOP_CAPPED, {})
-end
-return reply(STOP_NONE, fields)
-"""
-
-# KEYS[1] leases  KEYS[2] budget | ARGV[1] lease s  ARGV[2] worker  ARGV[3] task key prefix  then per item: item,
-# task id ('' for a raw item), unit ('' none).   Per item, atomically: while its lease exists and its task is not
-# owned by another worker, the lease and the unit are kept a lease from now (a hold is never shortened; a unit that
-# had expired while its worker stalled is counted again, its solve runs on). An item whose lease is gone (acked,
-# buried, released or reaped) or whose task another worker owns is left alone, unit included: a unit is renewed
-# only with its lease. Returns {items not renewed, units counted again}.
-_RENEW = _NOW + """
-local RENEW_ARGS, FIRST_ARG = 3, 4
-local leases, units, lease_s, worker, task_prefix = KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local lost, recounted = {}, {}
-for i = FIRST_ARG, #ARGV, RENEW_ARGS do
-  local item, tid, unit = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local owner = tid ~= '' and redis.call('HGET', task_prefix .. tid, 'owner')
-  if not redis.call('ZSCORE', leases, item) or (owner and owner ~= worker) then
-    lost[#lost + 1] = item
-  else
-    redis.call('ZADD', leases, now + lease_s, item)
-    if unit ~= '' then
-      if not redis.call('ZSCORE', units, unit) then recounted[#recounted + 1] = unit end
-      redis.call('ZADD', units, 'GT', now + lease_s, unit)
-    end
-  end
-end
-return {lost, recounted}
-"""
-
-# KEYS[1] processing  KEYS[2] leases  KEYS[3] task hash (of the id)  KEYS[4] orphans  KEYS[5] result (of the id)
-# KEYS[6] pending | ARGV[1] raw  ARGV[2] body  ARGV[3] task ttl  ARGV[4] id.   Replaces a raw item by its id, at the
-# front of pending (it is claimed again as a task, with a budget unit). Returns ADOPTED, LOST (a reaper took the
-# raw item back) or DUPLICATE (the id is known: the raw item is dropped).
-_ADOPT = """
-local ADOPTED, LOST, DUPLICATE = 1, -1, -2
-local processing, leases, task, orphans, result, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local raw, body, ttl, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if redis.call('LREM', processing, 1, raw) == 0 then return LOST end
-redis.call('ZREM', leases, raw)
-redis.call('ZREM', orphans, raw)
-if redis.call('EXISTS', task) == 1 or redis.call('EXISTS', result) == 1 then return DUPLICATE end
-redis.call('HSET', task, 'body', body)
-redis.call('EXPIRE', task, ttl)
-redis.call('LPUSH', pending, id)
-return ADOPTED
-"""
-
-# KEYS[1] task hash  KEYS[2] budget | ARGV[1] worker  ARGV[2] unit  ARGV[3] captcha id  ARGV[4] seconds that id
-# can be answered.   in.php answered: the id goes on the task (the next owner resumes it) and the unit is held
-# until then. Returns RECORDED, or STRAY when another worker owns the task now (this one stalled past its
-# lease): the solve then gets a unit of its own (budget.stray_unit) and the task is left alone.
-_RECORD = _NOW + budget.SETTLE_LUA + """
-local RECORDED, STRAY = 1, 0
-local task, units, worker, unit, captcha, window = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local owner = redis.call('HGET', task, 'owner')
-if owner and owner ~= worker then
-  redis.call('ZADD', units, 'GT', now + window, unit .. STRAY_MARK .. captcha)
-  return STRAY
-end
-if redis.call('EXISTS', task) == 1 then
-  redis.call('HSET', task, 'captcha_id', captcha, 'captcha_until', string.format('%.3f', now + window))
-end
-redis.call('ZADD', units, 'GT', now + window, unit)
-return RECORDED
-"""
-
-# Shared by ACK, BURY and RELEASE: write the result once and notify the producer; whether the caller still owns
-# the task (budget_settle).
-_DELIVER = budget.SETTLE_LUA + """
--- NO_REPLY: a reply key equal to the result key means the producer listens on no reply list (it reads the result)
-local function deliver(result_key, reply_key, result, result_ttl, reply_ttl)
-  local NO_REPLY = reply_key == result_key
-  if result == '' then return 0 end
-  if not redis.call('SET', result_key, result, 'NX', 'EX', result_ttl) then
-    -- the same result again: a batch run again after its connection failed (durable writes), already delivered
-    if redis.call('GET', result_key) == result then return 1 end
-    return 0
-  end
-  if not NO_REPLY then
-    redis.call('RPUSH', reply_key, result)
-    redis.call('EXPIRE', reply_key, reply_ttl)
-  end
-  return 1
-end
-local function owns(task, worker)
-  local owner = redis.call('HGET', task, 'owner')
-  return not owner or owner == worker, owner ~= false
-end
-"""
-
-# A batch of ACKs, one call. KEYS[1] processing  KEYS[2] leases  KEYS[3] budget  then per ack: task hash, result, reply
-# list (= its result key: none) | ARGV[1] result ttl  ARGV[2] reply ttl  then per ack: item, result JSON ('' = drop the
-# item: its result exists), worker, unit ('' none), seconds to hold it (0: release), captcha id of the answer, kept
-# on the tombstone for reports ('' none).   Returns, per ack, 1 if its result won.  The task hash loses its body and
-# stays, until its TTL, as a tombstone.
-_ACK = f"""
-local ACK_KEYS, ACK_ARGS, FIRST_KEY, FIRST_ARG, HOLD = {ACK_KEYS}, {ACK_ARGS}, 4, 3, 4  -- HOLD: offset in an ack's args
-""" + """
-local processing, leases, units, result_ttl, reply_ttl = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]
-local acks = (#KEYS - FIRST_KEY + 1) / ACK_KEYS
-local now = 0  -- server time, read only when a unit is to be held: the common path needs none
-for i = 0, acks - 1 do
-  if tonumber(ARGV[FIRST_ARG + ACK_ARGS * i + HOLD]) > 0 then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-    break
-  end
-end
-""" + _DELIVER + """
--- A worker that no longer owns the task (it stalled past its lease and another one claimed it) only delivers its
--- result (first writer wins): the item, its lease and the task hash stay the new owner's.
-local function ack(task, result_key, reply_key, item, result, worker, unit, hold_s, captcha)
-  local mine, owned = owns(task, worker)
-  budget_settle(units, unit, hold_s, mine)
-  if not mine then return deliver(result_key, reply_key, result, result_ttl, reply_ttl) end
-  redis.call('LREM', processing, 1, item)
-  redis.call('ZREM', leases, item)
-  local won = deliver(result_key, reply_key, result, result_ttl, reply_ttl)
-  if result ~= '' and (owned or redis.call('EXISTS', task) == 1) then  -- an owner: the hash exists
-    -- HSET first: a hash left without fields would be deleted, and its TTL lost. The tombstone keeps the captcha id
-    -- of the result delivered (for reports): a result written first keeps its own.
-    if won == 1 and captcha ~= '' then
-      redis.call('HSET', task, 'state', 'done', 'captcha_id', captcha)
-      redis.call('HDEL', task, 'body', 'owner', 'captcha_until')
-    elseif won == 1 then
-      redis.call('HSET', task, 'state', 'done')
-      redis.call('HDEL', task, 'body', 'owner', 'captcha_until', 'captcha_id')
-    else
-      redis.call('HSET', task, 'state', 'done')
-      redis.call('HDEL', task, 'body', 'owner', 'captcha_until')
-    end
-    -- a unit held past the outcome (the solve may still run at the API): the tombstone says until when (AUDIT)
-    if hold_s > 0 then redis.call('HSET', task, 'captcha_until', string.format('%.3f', now + hold_s)) end
-  end
-  return won
-end
-local won = {}
-for i = 0, acks - 1 do
-  local k, a = FIRST_KEY + ACK_KEYS * i, FIRST_ARG + ACK_ARGS * i
-  won[i + 1] = ack(KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
-                   tonumber(ARGV[a + HOLD]), ARGV[a + 5])
-end
-return won
-"""
-
-# KEYS[1] processing  KEYS[2] leases  KEYS[3] dead  KEYS[4] task hash  KEYS[5] result  KEYS[6] reply (= KEYS[5]
-# when none)  KEYS[7] budget | ARGV[1] item  ARGV[2] dead entry JSON  ARGV[3] dead cap  ARGV[4] result JSON or ''
-# ARGV[5] result ttl  ARGV[6] reply ttl  ARGV[7] '1' = the item is a raw payload naming the id: answer only an
-# unknown id (never pre-empt the result of a real task of that id)  ARGV[8] worker  ARGV[9] unit ('' none)
-# ARGV[10] seconds to hold it.   Returns {buried, answered}: buried 0 when the item was no longer in processing;
-# answered 1 when the result was written. A caller that no longer owns the task (another worker claimed it) buries
-# nothing: {0, 0}.
-_BURY = _NOW + _DELIVER + """
-local processing, leases, dead, task, result_key, reply_key, units = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
-  KEYS[6], KEYS[7]
-local item, entry, dead_cap, result, result_ttl, reply_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5],
-  ARGV[6]
-local raw, worker, unit, hold_s = ARGV[7] == '1', ARGV[8], ARGV[9], tonumber(ARGV[10])
-local mine = raw or owns(task, worker)
-budget_settle(units, unit, hold_s, mine)
-if not mine or redis.call('LREM', processing, 1, item) == 0 then return {0, 0} end
-redis.call('ZREM', leases, item)
-redis.call('LPUSH', dead, entry)
-redis.call('LTRIM', dead, 0, dead_cap - 1)
-local known = redis.call('EXISTS', task) == 1
-if known and not raw then
-  redis.call('HSET', task, 'state', 'dead')
-  redis.call('HDEL', task, 'owner')
-  if hold_s > 0 then redis.call('HSET', task, 'captcha_until', string.format('%.3f', now + hold_s)) end
-end
-if known and raw then return {1, 0} end
-return {1, deliver(result_key, reply_key, result, result_ttl, reply_ttl)}
-"""
-
-# KEYS[1] processing  KEYS[2] leases  KEYS[3] pending  KEYS[4] task hash  KEYS[5] budget | ARGV[1] item  ARGV[2]
-# '1' = count an API-side failure  ARGV[3] '1' = front  ARGV[4] last error ('' = keep)  ARGV[5] worker  ARGV[6] unit
-# ('' none)  ARGV[7] seconds the solve may still run at the API (0: it is over)  ARGV[8] its captcha id ('' none).
-# Returns 1 if requeued; 0 when the item is no longer in processing or another worker owns the task now (the caller
-# stalled past its lease: the item is that worker's).  With a solve still running, the id is recorded and the unit
-# held: the next owner resumes the solve instead of submitting again.
-_RELEASE = _NOW + _DELIVER + """
-local processing, leases, pending, task, units = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local item, failure, front, last_error = ARGV[1], ARGV[2] == '1', ARGV[3] == '1', ARGV[4]
-local worker, unit, hold_s, captcha = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
-local mine = owns(task, worker)
-budget_settle(units, unit, hold_s, mine)
-if not mine or redis.call('LREM', processing, 1, item) == 0 then return 0 end
-redis.call('ZREM', leases, item)
-if front then redis.call('LPUSH', pending, item) else redis.call('RPUSH', pending, item) end
-if redis.call('EXISTS', task) == 1 then
-  if failure then redis.call('HINCRBY', task, 'failures', 1) end
-  if last_error ~= '' then redis.call('HSET', task, 'last_error', last_error) end
-  redis.call('HDEL', task, 'owner')
-  if hold_s > 0 and captcha ~= '' then
-    redis.call('HSET', task, 'captcha_id', captcha, 'captcha_until', string.format('%.3f', now + hold_s))
-  elseif hold_s <= 0 then
-    redis.call('HDEL', task, 'captcha_id', 'captcha_until')
-  end
-end
-return 1
-"""
-
-# KEYS[1] processing  KEYS[2] leases  KEYS[3] pending  KEYS[4] orphans | ARGV[1] orphan grace s  ARGV[2] max
-# items per run  ARGV[3] task key prefix.   Returns {expired requeued, orphans requeued}.  Each requeue counts a
-# worker death on the task; its budget unit is left alone (it expires, or the next owner resumes its solve).
-_REAP = _NOW + """
-local processing, leases, pending, orphans = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local grace, limit, task_prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local function requeue(item, why)
-  if redis.call('LREM', processing, 1, item) == 0 then return 0 end
-  redis.call('LPUSH', pending, item)
-  local task = task_prefix .. item
-  if redis.call('EXISTS', task) == 1 then
-    redis.call('HSET', task, 'last_error', why)
-    redis.call('HINCRBY', task, 'deaths', 1)
-    redis.call('HDEL', task, 'owner')
-  end
-  return 1
-end
-local expired = 0
-for _, item in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, limit)) do
-  redis.call('ZREM', leases, item)
-  expired = expired + requeue(item, 'lease expired')
-end
-local orphaned = 0
-for _, item in ipairs(redis.call('LRANGE', processing, 0, limit - 1)) do
-  if not redis.call('ZSCORE', leases, item) then
-    local seen = redis.call('ZSCORE', orphans, item)
-    if not seen then
-      redis.call('ZADD', orphans, now, item)
-    elseif now - tonumber(seen) >= grace then
-      redis.call('ZREM', orphans, item)
-      orphaned = orphaned + requeue(item, 'orphaned after claim')
-    end
-  end
-end
-redis.call('ZREMRANGEBYSCORE', orphans, '-inf', now - 10 * grace)
-return {expired, orphaned}
-"""
-
-# KEYS[1] dead  KEYS[2] pending  KEYS[3] task hash  KEYS[4] result | ARGV[1] dead entry  ARGV[2] item to push
-# ARGV[3] mode: 'stored' (the task's stored body), 'body' (ARGV[5], from an entry of an older version), 'raw'
-# (push ARGV[2] as it is)  ARGV[4] task ttl  ARGV[5] body.   Returns 1, 0 (entry gone) or GONE (no body left).
-_REQUEUE_DEAD = """
-local GONE = -1
-local dead, pending, task, result = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local entry, item, mode, ttl, body = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-if not redis.call('LPOS', dead, entry) then return 0 end
-if mode == 'stored' and redis.call('HEXISTS', task, 'body') == 0 then return GONE end
-redis.call('LREM', dead, 1, entry)
-if mode ~= 'raw' then
-  if mode == 'body' then redis.call('HSET', task, 'body', body) end
-  redis.call('HDEL', task, 'state', 'last_error', 'attempts', 'failures', 'deaths', 'owner', 'captcha_id',
-             'captcha_until')
-  redis.call('EXPIRE', task, ttl)
-  redis.call('DEL', result)
-end
-redis.call('RPUSH', pending, item)
-return 1
-"""
-
-# KEYS[2k-1] result, KEYS[2k] task hash of the k-th id.   Per id: its result JSON, or a marker (Lookup).
-_LOOKUP = """
-local QUEUED, FINISHED, UNKNOWN = 'queued', 'finished', ''
-local out = {}
-for i = 1, #KEYS, 2 do
-  local result, task = redis.call('GET', KEYS[i]), KEYS[i + 1]
-  if result then out[#out + 1] = result
-  elseif redis.call('HEXISTS', task, 'state') == 1 then out[#out + 1] = FINISHED
-  elseif redis.call('EXISTS', task) == 1 then out[#out + 1] = QUEUED
-  else out[#out + 1] = UNKNOWN end
-end
-return out
-"""
-
-# Shared by STATS and HEARTBEAT. KEYS[1] pending  KEYS[2] processing  KEYS[3] dead  KEYS[4] budget  KEYS[5] workers
-# KEYS[6] limits  KEYS[7] tenants | ARGV[1] worker alive window s, the last ARGV the waiting key prefix, and the
-# caller's own limit in `own`.   Everything `stats` shows, in one reply: the list lengths (pending counts the
-# tenants' waiting lists too: tasks no worker holds), units in use, workers alive, the effective limit.
-_COUNTS = budget.LUA + """
-local pending, processing, dead, units, workers, limits, tenants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
-  KEYS[6], KEYS[7]
-local alive_s, waiting_prefix = tonumber(ARGV[1]), ARGV[#ARGV]
-local b = budget_open({units = units, limits = limits, own = own})
-local waiting = 0
-for _, tenant in ipairs(redis.call('HKEYS', tenants)) do
-  waiting = waiting + redis.call('LLEN', waiting_prefix .. tenant)
-end
-return {redis.call('LLEN', pending) + waiting, redis.call('LLEN', processing), redis.call('LLEN', dead), b.in_use,
-        redis.call('ZCOUNT', workers, now - alive_s, '+inf'), b.limit}
-"""
-_STATS = _NOW + f"\nlocal own = {UNLIMITED}\n" + _COUNTS
-
-# KEYS as _COUNTS | ARGV[1] alive window s  ARGV[2] worker id  ARGV[3] its limits member  ARGV[4] its previous
-# member ('' none)  ARGV[5] how long its limit holds without a heartbeat (s)  ARGV[6] its limit  ARGV[7] waiting key
-# prefix.   Records the worker as alive and the limit it enforces; returns the counts.
-_HEARTBEAT = _NOW + """
-local workers_key, limits_key = KEYS[5], KEYS[6]
-local worker, member, previous, hold_s, own = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-redis.call('ZADD', workers_key, now, worker)
-redis.call('ZREMRANGEBYSCORE', workers_key, '-inf', now - 3600)
-if previous ~= '' and previous ~= member then redis.call('ZREM', limits_key, previous) end
-redis.call('ZADD', limits_key, now + hold_s, member)
-redis.call('ZREMRANGEBYSCORE', limits_key, '-inf', now)
-""" + _COUNTS
-
-# KEYS[1] task hash  KEYS[2] reports | ARGV[1] verdict ('bad' / 'good')  ARGV[2] task id  ARGV[3] cap.   Queues a
-# report of a solved task's answer; returns its captcha id, or '' when the task was not solved at the API (not
-# yet, never, or so long ago that its record expired).
-# KEYS[1] processing  KEYS[2] leases  KEYS[3] budget | ARGV[1] task key prefix  ARGV[2] most members reported per
-# check.   Reads only. Returns {check, member, ...} (AUDIT_CHECKS): a snapshot, in which a step in progress (an item
-# between BLMOVE and its lease, a claim of a finished id just before its ACK) may show; the caller confirms what
-# persists. A unit of a finished task is fine while its solve may still be answered (``captcha_until``: RECORD,
-# or the hold of an ACK or BURY); a unit of a task not finished is its solve's, running or left to be resumed.
-_AUDIT = _NOW + f"""
-local UNIT_PREFIX, STRAY_MARK, MAX_ID = '{budget.UNIT_PREFIX}', '{budget.STRAY_MARK}', {MAX_ID_LENGTH}
-""" + """
-local processing, leases, units, task_prefix, cap = KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2])
-local out, counts = {}, {}
-local function bad(check, member)
-  counts[check] = (counts[check] or 0) + 1
-  if counts[check] <= cap then out[#out + 1] = check; out[#out + 1] = member end
-end
-local function is_id(item)
-  return #item <= MAX_ID and string.find(item, '^[%w_.:%-]+$') ~= nil
-end
-local function finished(task)
-  local f = redis.call('HMGET', task, 'state', 'captcha_until')
-  return f[1] and not (f[2] and tonumber(f[2]) > now)
-end
-local in_processing, leased = {}, {}
-for _, item in ipairs(redis.call('LRANGE', processing, 0, -1)) do in_processing[item] = true end
-for _, item in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
-  leased[item] = true
-  if not in_processing[item] then bad('lease_without_item', item) end
-  if is_id(item) and redis.call('HEXISTS', task_prefix .. item, 'state') == 1 then
-    bad('lease_of_finished_task', item)
-  end
-end
-for item in pairs(in_processing) do
-  if not leased[item] then bad('item_without_lease', item) end
-end
-for _, unit in ipairs(redis.call('ZRANGEBYSCORE', units, '(' .. now, '+inf')) do
-  if string.sub(unit, 1, #UNIT_PREFIX) == UNIT_PREFIX and not string.find(unit, STRAY_MARK, 1, true)
-      and finished(task_prefix .. string.sub(unit, #UNIT_PREFIX + 1)) then
-    bad('unit_of_finished_task', unit)
-  end
-end
-for check, n in pairs(counts) do
-  if n > cap then out[#out + 1] = check; out[#out + 1] = string.format('(%d more)', n - cap) end
-end
-return out
-"""
-
-_REPORT = """
-local task, reports, verdict, id, cap = KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3])
-local captcha = redis.call('HGET', task, 'captcha_id')
-if redis.call('HGET', task, 'state') ~= 'done' or not captcha then return '' end
-redis.call('RPUSH', reports, string.format('{"id":"%s","captcha_id":"%s","verdict":"%s"}', id, captcha, verdict))
-redis.call('LTRIM', reports, -cap, -1)
-return captcha
-"""
-
-# KEYS[1] the seed guide's results hash | ARGV[1] field (task id)  ARGV[2] entry JSON  ARGV[3] ttl s.   The hash
-# is bounded: its TTL is refreshed by every write, and each field expires by itself where the server has
-# HEXPIRE (Redis >= 7.4; pcall: older servers just keep the hash TTL).
-_SEED_RESULT = """
-local hash, field, entry, ttl = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-redis.call('HSET', hash, field, entry)
-redis.call('EXPIRE', hash, ttl)
-redis.pcall('HEXPIRE', hash, ttl, 'FIELDS', 1, field)
-return 1
-"""
+# -- Lua: one file per transition of the table above (store/lua/<name>.lua, each with its KEYS and ARGV) ------
+#: the constants the queue's scripts declare (``--! const``), by their owners
+LUA_CONSTANTS: dict[str, Constant] = {**budget.LUA_CONSTANTS, **shares.LUA_CONSTANTS, "MAX_ID": MAX_ID_LENGTH,
+                                      "TOO_LARGE": Code.TASK_TOO_LARGE, "ACK_KEYS": ACK_KEYS, "ACK_ARGS": ACK_ARGS}
+_PUSH = lua("push", LUA_CONSTANTS)
+_CLAIM = lua("claim", LUA_CONSTANTS)
+_LEASE = lua("lease", LUA_CONSTANTS)
+_RENEW = lua("renew", LUA_CONSTANTS)
+_ADOPT = lua("adopt", LUA_CONSTANTS)
+_RECORD = lua("record", LUA_CONSTANTS)
+_ACK = lua("ack", LUA_CONSTANTS)
+_BURY = lua("bury", LUA_CONSTANTS)
+_RELEASE = lua("release", LUA_CONSTANTS)
+_REAP = lua("reap", LUA_CONSTANTS)
+_REQUEUE_DEAD = lua("requeue_dead", LUA_CONSTANTS)
+_LOOKUP = lua("lookup", LUA_CONSTANTS)
+_STATS = lua("stats", LUA_CONSTANTS)
+_HEARTBEAT = lua("heartbeat", LUA_CONSTANTS)
+_AUDIT = lua("audit", LUA_CONSTANTS)
+_REPORT = lua("report", LUA_CONSTANTS)
+_SEED_RESULT = lua("seed_result", LUA_CONSTANTS)
+_SHARES = lua("shares", LUA_CONSTANTS)
 
 
 # -- Python side --------------------------------------------------------------------------------------------
@@ -1159,7 +647,7 @@ class RedisQueue:
         self._stats = SlotScript(redis, _STATS)
         self._lookup = SlotScript(redis, _LOOKUP)
         self._seed_result = SlotScript(redis, _SEED_RESULT)
-        self._shares = SlotScript(redis, shares.SHARES)
+        self._shares = SlotScript(redis, _SHARES)
         self._audit = SlotScript(redis, _AUDIT)
 
     # producer ---------------------------------------------------------------------------------------------
@@ -1348,7 +836,7 @@ class RedisQueue:
             failed = next((r for r in replies if isinstance(r, Exception)), None)
             if isinstance(failed, rexc.NoScriptError) and attempt == 1:
                 for script in {id(c[0]): c[0] for c in calls}.values():  # loaded where the calls go, then again
-                    await load_script(self.redis, script.script, self.keys.pending)
+                    await script.load(self.keys.pending)
                 continue
             if isinstance(failed, rexc.MovedError):
                 note_redirect(self.redis, failed)
@@ -1374,14 +862,7 @@ class RedisQueue:
 
     async def _eval_raw(self, script: SlotScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """One script call whose reply is left as bytes (it carries queue items, which may be any bytes)."""
-        for attempt in (1, 2):
-            try:
-                return await self._raw("EVALSHA", script.sha, len(keys), *keys, *args)
-            except rexc.NoScriptError:
-                if attempt == 2:
-                    raise
-            await load_script(self.redis, script.script, self.keys.pending)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await script(keys, args, raw=True)
 
     async def _raw(self, *args: Any) -> Any:
         """A command whose reply is left as bytes: it carries queue items, which may be any bytes."""

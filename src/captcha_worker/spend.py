@@ -57,8 +57,9 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, cast
 
-from captcha_worker.connection import Client, SlotScript
+from captcha_worker.connection import Client
 from captcha_worker.queue import Keys
+from captcha_worker.store.scripts import Constant, SlotScript, lua
 
 MICRO = 1_000_000
 HOUR_S, DAY_S = 3600, 86400
@@ -70,110 +71,11 @@ _KEEP_HOURS, _KEEP_DAYS = 48, 35
 ReserveOutcome = Literal["reserved", "held", "done", "over_hour", "over_day"]
 SettleOutcome = Literal["settled", "corrected", "settled_already", "unknown"]
 
-_COMMON = f"""
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local REC, EXP, WIN, TOTAL = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local KEEP_S, HOUR_S, DAY_S = {KEEP_S}, {HOUR_S}, {DAY_S}
-""" + """
-local function int(x) return string.format('%.0f', x) end
-local function num(v) return tonumber(v or '0') or 0 end
-local function parse(v)
-  local s, a, c, hb, db, label = string.match(v, '^(%u)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
-  return {state = s, amount = tonumber(a), charged = tonumber(c), hb = hb, db = db, label = label}
-end
-local function store(id, r)
-  redis.call('HSET', REC, id, r.state .. '|' .. int(r.amount) .. '|' .. int(r.charged) .. '|' .. r.hb .. '|' ..
-             r.db .. '|' .. r.label)
-end
--- move the windows a reservation was made in by delta
-local function shift(r, delta)
-  if delta ~= 0 then
-    redis.call('HINCRBY', WIN, 'h:' .. r.hb, int(delta))
-    redis.call('HINCRBY', WIN, 'd:' .. r.db, int(delta))
-  end
-end
--- expire reservations past their time (charged at their amount) and forget old expired/settled ones
-local function sweep()
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', EXP, '-inf', now)) do
-    local v = redis.call('HGET', REC, id)
-    local r = v and parse(v)
-    if r and r.state == 'R' then
-      r.state, r.charged = 'E', r.amount
-      store(id, r)
-      redis.call('HINCRBY', WIN, 'reserved', int(-r.amount))
-      redis.call('HINCRBY', TOTAL, r.label, int(r.amount))
-      redis.call('ZADD', EXP, now + KEEP_S, id)
-    else
-      redis.call('HDEL', REC, id)
-      redis.call('ZREM', EXP, id)
-    end
-  end
-end
-"""
-
-# KEYS rec exp win total | ARGV[1] id  ARGV[2] amount (micro)  ARGV[3] ttl s  ARGV[4] hour cap  ARGV[5] day cap
-# ARGV[6] label  ARGV[7] hours kept  ARGV[8] days kept.   Returns {outcome, hour's micro, day's micro} (after it).
-_RESERVE = _COMMON + """
-sweep()
-local id, amount, ttl_s = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local cap_h, cap_d, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local hb, db = math.floor(now / HOUR_S), math.floor(now / DAY_S)
-local hk, dk = 'h:' .. int(hb), 'd:' .. int(db)
-local hour, day = num(redis.call('HGET', WIN, hk)), num(redis.call('HGET', WIN, dk))
-local v = redis.call('HGET', REC, id)
-if v then
-  return {parse(v).state == 'R' and 'held' or 'done', int(hour), int(day)}
-end
-if hour + amount > cap_h then return {'over_hour', int(hour), int(day)} end
-if day + amount > cap_d then return {'over_day', int(hour), int(day)} end
-store(id, {state = 'R', amount = amount, charged = 0, hb = int(hb), db = int(db), label = label})
-redis.call('ZADD', EXP, now + ttl_s, id)
-redis.call('HINCRBY', WIN, hk, int(amount))
-redis.call('HINCRBY', WIN, dk, int(amount))
-redis.call('HINCRBY', WIN, 'reserved', int(amount))
-if redis.call('HLEN', WIN) > tonumber(ARGV[7]) + tonumber(ARGV[8]) + 1 then
-  for _, f in ipairs(redis.call('HKEYS', WIN)) do
-    local w, b = string.match(f, '^([hd]):(%d+)$')
-    if (w == 'h' and tonumber(b) < hb - tonumber(ARGV[7])) or (w == 'd' and tonumber(b) < db - tonumber(ARGV[8])) then
-      redis.call('HDEL', WIN, f)
-    end
-  end
-end
-return {'reserved', int(hour + amount), int(day + amount)}
-"""
-
-# KEYS rec exp win total | ARGV[1] id  ARGV[2] cost (micro).   Returns {outcome, micro charged for the id}.
-_SETTLE = _COMMON + """
-sweep()
-local id, cost = ARGV[1], tonumber(ARGV[2])
-local v = redis.call('HGET', REC, id)
-if not v then return {'unknown', '0'} end
-local r = parse(v)
-if r.state == 'S' then return {'settled_already', int(r.charged)} end
-local was = r.state
-if was == 'R' then
-  shift(r, cost - r.amount)
-  redis.call('HINCRBY', WIN, 'reserved', int(-r.amount))
-else
-  shift(r, cost - r.charged)
-end
-redis.call('HINCRBY', TOTAL, r.label, int(cost - r.charged))
-r.state, r.charged = 'S', cost
-store(id, r)
-redis.call('ZADD', EXP, now + KEEP_S, id)
-return {was == 'R' and 'settled' or 'corrected', int(cost)}
-"""
-
-# KEYS rec exp win total.   Returns {this hour's micro, this day's micro, reserved micro, label, micro, label, ...}.
-_STATE = _COMMON + """
-sweep()
-local hk, dk = 'h:' .. int(math.floor(now / HOUR_S)), 'd:' .. int(math.floor(now / DAY_S))
-local out = {int(num(redis.call('HGET', WIN, hk))), int(num(redis.call('HGET', WIN, dk))),
-             int(num(redis.call('HGET', WIN, 'reserved')))}
-for _, x in ipairs(redis.call('HGETALL', TOTAL)) do out[#out + 1] = x end
-return out
-"""
+#: the constants of the spend cap's Lua (store/lua/lib/spend.lua, spend_*.lua)
+LUA_CONSTANTS: dict[str, Constant] = {"KEEP_S": KEEP_S, "HOUR_S": HOUR_S, "DAY_S": DAY_S}
+_RESERVE = lua("spend_reserve", LUA_CONSTANTS)
+_SETTLE = lua("spend_settle", LUA_CONSTANTS)
+_STATE = lua("spend_state", LUA_CONSTANTS)
 
 
 def to_micro(amount: Decimal | int | str, *, what: str = "amount") -> int:

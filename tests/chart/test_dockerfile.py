@@ -121,7 +121,8 @@ def test_wheel_installs_into_a_fresh_venv_like_the_image(tmp_path: Path) -> None
     proc = run([cli, "--help"], cwd=tmp_path)
     for command in ("run", "simulator", "check", "stats"):
         assert command in proc.stdout, proc.stdout
-    # the package came from the wheel, not from the source tree
-    code = "import captcha_worker, json; print(json.dumps(captcha_worker.__file__))"
+    # the package came from the wheel, not from the source tree; its Lua scripts came with it (read at import)
+    code = ("import captcha_worker, captcha_worker.queue, captcha_worker.spend, captcha_worker.pingback, json; "
+            "print(json.dumps(captcha_worker.__file__))")
     where = run([venv / "bin" / "python", "-c", code], cwd=tmp_path).stdout
     assert str(venv) in json.loads(where)
