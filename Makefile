@@ -59,6 +59,7 @@ unit: venv tools
 	$(PYTEST) -n $(JOBS) --dist loadscope -m "$(TIER_FAST)" $(PYTEST_ARGS) tests
 
 integration: venv tools
+	$(VENV)/bin/python -m bench.venvs  # the benchmark peers' venvs (bench smoke), built apart from its timed run
 	$(PYTEST) -m "$(TIER_INTEGRATION)" $(PYTEST_ARGS) tests
 
 chaos: venv tools

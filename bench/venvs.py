@@ -61,3 +61,15 @@ def versions() -> dict[str, str]:
         for dist, version in zip(dists, proc.stdout.split(), strict=False):
             out[f"redis-py ({name} venv)" if dist == "redis" else dist] = version
     return out
+
+
+def main() -> int:
+    """Build every peer's venv that is missing or stale (``make integration`` does, before the benchmarks' smoke
+    run, so that run's time is the benchmarks' own and not pip's)."""
+    for name in PEERS:
+        python(name, install=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,7 +28,7 @@ MACHINE = {"cpu_model", "cpu_count", "python", "redis_server", "packages", "git_
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     redis_server_binary()
     out = tmp_path_factory.mktemp("bench-smoke")
-    # ~2 min; the first run in a fresh clone also builds the P1 peers' venvs (~30 s with pip's cache warm)
+    # ~2 min quiet; the P1 peers' venvs are built before (make integration: python -m bench.venvs), else here
     proc = subprocess.run([sys.executable, "-m", "bench.run", "--smoke", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=420, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
