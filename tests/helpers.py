@@ -156,3 +156,18 @@ async def running_worker(cfg: WorkerConfig) -> AsyncIterator[Worker]:
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)
+
+
+def secret_volume(root: Path, files: dict[str, str], generation: int) -> None:
+    """The kubelet's update of a Secret volume: a new directory, `..data` re-pointed atomically, stable links."""
+    target = root / f"..{generation}"
+    target.mkdir()
+    for name, value in files.items():
+        (target / name).write_text(value + "\n")
+    tmp = root / "..data_tmp"
+    tmp.symlink_to(target.name)
+    os.replace(tmp, root / "..data")
+    for name in files:
+        link = root / name
+        if not link.is_symlink():
+            link.symlink_to(f"..data/{name}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,27 +18,12 @@ from captcha_worker.gateway.config import GatewayConfig
 from captcha_worker.gateway.keys import TenantKeyReloader
 from captcha_worker.gateway.tenants import Tenants
 from captcha_worker.simulator import SimConfig, SimulatorServer
-from tests.helpers import KEY, OTHER_KEY
+from tests.helpers import KEY, OTHER_KEY, secret_volume
 from tests.procs import GatewayProc
 
 TENANTS = json.dumps({"tenants": [{"name": "team-a", "threads": 2, "balance": 3.5},
                                   {"name": "team-b", "threads": 2}]})
 B_KEY = "b" * 32
-
-
-def secret_volume(root: Path, files: dict[str, str], generation: int) -> None:
-    """The kubelet's update of a Secret volume: a new directory, `..data` re-pointed atomically, stable links."""
-    target = root / f"..{generation}"
-    target.mkdir()
-    for name, value in files.items():
-        (target / name).write_text(value + "\n")
-    tmp = root / "..data_tmp"
-    tmp.symlink_to(target.name)
-    os.replace(tmp, root / "..data")
-    for name in files:
-        link = root / name
-        if not link.is_symlink():
-            link.symlink_to(f"..data/{name}")
 
 
 def test_reloader_takes_a_new_key_once_and_keeps_the_old_through_a_bad_write(tmp_path: Path) -> None:

@@ -5,22 +5,25 @@ refuses before anything reaches the provider, refunded UNSOLVABLE rounds cost no
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
-from captcha_worker import methods
-from captcha_worker.captchaai import CaptchaAI, RetryPolicy, TaskFailed
+from captcha_worker import log, methods
+from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy, TaskFailed
 from captcha_worker.codes import Code
 from captcha_worker.config import ProvidersConfig, providers_from_env
-from captcha_worker.overflow import OverCap, Overflow
+from captcha_worker.overflow import OverCap, Overflow, key_watchers, ledger_label, parse_label
 from captcha_worker.spend import Spend
-from tests.procs import SimProc, simulator
+from tests.helpers import run_cli, secret_volume
+from tests.procs import SimProc, simulator, workers
 
 SPEED = 50.0
 PKEY = "p2captcha0123456789abcdef0123456"  # the simulator takes any 32 letters and digits
@@ -39,7 +42,8 @@ def providers(sim: SimProc, *, hour: float = 5.0, refund: bool = True) -> Provid
 
 
 def cost_metric() -> float:
-    return REGISTRY.get_sample_value("captcha_solver_cost_total", {"provider": "twocaptcha", "kind": "turnstile"}) \
+    return REGISTRY.get_sample_value("captcha_solver_cost_total", {"provider": "twocaptcha", "kind": "turnstile",
+                                                               "tenant": ""}) \
         or 0.0
 
 
@@ -120,3 +124,114 @@ async def test_an_id_left_by_an_earlier_owner_is_not_reused(overflow_of: Any, si
     assert (st.reserved, st.hour, st.totals) == (1450, 2900, {LABEL: 1450})
     assert (await spend.record("twocaptcha:r1:1") or "").startswith("S|1450|1450|")
 
+
+
+async def test_a_rotated_provider_key_file_is_used_from_the_next_solve(redis: Redis, sim: SimProc,
+                                                                        tmp_path: Path) -> None:
+    """The provider's key from a mounted Secret: the simulator process accepts only the new key. With the old key
+    in the file the paid solve is refused at in.php and costs nothing; a malformed write keeps the key in use (one
+    api_key_file_invalid); the new key written the way the kubelet updates a Secret -> the watcher hands it to the
+    client, one api_key_reloaded line naming the provider, and the next solve is charged once. No key is logged."""
+    new_key = "NEWp2captcha0123456789abcdef0123"
+    secret = tmp_path / "twocaptcha"
+    secret.mkdir()
+    secret_volume(secret, {"api-key": PKEY}, 1)
+    doc = {"providers": [{"name": "twocaptcha", "protocol": "res.php", "url": sim.url,
+                          "key_file": str(secret / "api-key"), "kinds": ["turnstile"],
+                          "price_per_1000": {"turnstile": 1.45}}], "cap": {"hour": 5.0, "day": 50.0}}
+    config = providers_from_env({"PROVIDERS": json.dumps(doc)})
+    assert config is not None and config.providers[0].key.value == PKEY
+    stream = io.StringIO()
+    log.setup("info", secrets=[PKEY], stream=stream)
+    sim.reset()
+    sim.configure(faults={"unsolvable": 0.0}, keys=[new_key], ban_after=0)
+    try:
+        async with CaptchaAI(config.providers[0].key, sim.url, poll_scale=SPEED, retry=RetryPolicy.scaled(SPEED)) \
+                as api:
+            ov = Overflow(Spend(redis, "captcha"), config, {"twocaptcha": api})
+            (watcher,) = key_watchers(config, {"twocaptcha": api})
+            p = config.providers[0]
+            with pytest.raises(ApiError) as err:
+                await ov.solve("k1", p, TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 60)
+            assert err.value.code == Code.ERROR_KEY_DOES_NOT_EXIST
+            assert (await Spend(redis, "captcha").state()).hour == 0, "refused at in.php: nothing charged"
+            secret_volume(secret, {"api-key": "has a space"}, 2)
+            assert watcher.check() is False and watcher.check() is False
+            secret_volume(secret, {"api-key": new_key}, 3)
+            assert watcher.check() is True and watcher.check() is False
+            paid = await ov.solve("k2", p, TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 60)
+            assert paid.cost_micro == 1450 and paid.solution.answer
+            assert (await Spend(redis, "captcha").state()).hour == 1450
+    finally:
+        sim.configure(keys=None, ban_after=5)
+    events = [json.loads(ln) for ln in stream.getvalue().splitlines()]
+    assert [(e["event"], e["holder"]) for e in events if e["event"].startswith("api_key")] == [
+        ("api_key_file_invalid", "provider twocaptcha"), ("api_key_reloaded", "provider twocaptcha")]
+    assert "PROVIDERS.providers[0] (twocaptcha).key_file must hold" in events[0]["reason"]
+    assert PKEY not in stream.getvalue() and new_key not in stream.getvalue() and "has a space" not in stream.getvalue()
+
+
+async def test_the_operator_sees_balance_spend_and_cap_from_a_running_worker(redis: Redis, redis_server: Any,
+                                                                              sim: SimProc, tmp_path: Path) -> None:
+    """A real worker process with PROVIDERS (the simulator process as the res.php provider, its key a mounted
+    file): it polls the provider's balance into provider_balance and reads the spend windows and the cap from
+    Redis; `captcha-worker stats` shows the windows against the cap and the ledger by provider and tenant, to the
+    micro-unit. No provider key in the log or the CLI output."""
+    spend = Spend(redis, "captcha")
+    cap = providers(sim).cap_hour_micro
+    assert cap == 5_000_000
+    for rid, price, label in (("twocaptcha:a:0", 1450, ledger_label("twocaptcha", "turnstile", "team-a")),
+                              ("twocaptcha:b:0", 2990, ledger_label("twocaptcha", "hcaptcha"))):
+        ovr = Overflow(spend, providers(sim), {})
+        assert (await spend.reserve(rid, price, cap=ovr.cap, ttl_s=60, label=label)).outcome == "reserved"
+        assert (await spend.settle(rid, price)).outcome == "settled"
+    assert (await spend.reserve("twocaptcha:c:0", 1450, cap=ovr.cap, ttl_s=600, label=LABEL)).ok  # in flight
+    secret = tmp_path / "twocaptcha"
+    secret.mkdir()
+    secret_volume(secret, {"api-key": PKEY}, 1)
+    doc = {"providers": [{"name": "twocaptcha", "protocol": "res.php", "url": sim.url,
+                          "key_file": str(secret / "api-key"), "kinds": ["turnstile", "hcaptcha"],
+                          "price_per_1000": {"turnstile": 1.45, "hcaptcha": 2.99}}], "cap": {"hour": 5.0, "day": 50.0}}
+    env = {"REDIS_URL": redis_server.url, "CAPTCHAAI_KEY": "k" * 32, "CAPTCHAAI_URL": sim.url,
+           "CAPTCHAAI_THREADS": "2", "PROVIDERS": json.dumps(doc), "THREADSINFO_INTERVAL_SECONDS": "5"}
+    sim.configure(balance=7.25, keys=None)
+    with workers(1, env, tmp_path) as (w,):
+        def balance() -> float | None:
+            try:
+                return w.metric("captcha_solver_provider_balance", provider="twocaptcha")
+            except OSError:  # not listening yet
+                return None
+
+        deadline = time.monotonic() + 60
+        while balance() != 7.25:
+            assert time.monotonic() < deadline and w.alive(), w.logs()[-2000:]
+            await asyncio.sleep(0.2)
+        assert w.metric("captcha_solver_spend", window="hour") == pytest.approx(0.00589, abs=1e-12)  # 1450+2990+1450
+        assert w.metric("captcha_solver_spend_cap", window="hour") == 5.0
+        assert w.metric("captcha_solver_spend_cap", window="day") == 50.0
+        sim.configure(balance=1.5)  # the next poll, one THREADSINFO_INTERVAL_SECONDS later, reads the new balance
+        changed = time.monotonic()
+        while balance() != 1.5:
+            assert time.monotonic() - changed < 3 * 5, "not re-polled within 3 intervals"
+            await asyncio.sleep(0.2)
+        logs = w.logs()
+    sim.configure(balance=10.0)
+    assert PKEY not in logs
+    out = run_cli("stats", env={"REDIS_URL": redis_server.url, "PROVIDERS": json.dumps(doc)})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "spend_hour     0.005890 of 5.000000 (0.1 %)" in lines and "spend_reserved 0.001450" in lines
+    assert "spend_total    provider twocaptcha: 0.004440" in lines
+    assert {"spend_total    tenant team-a: 0.001450", "spend_total    tenant -: 0.002990"} <= set(lines)
+    js = run_cli("stats", "--json", env={"REDIS_URL": redis_server.url})
+    view = json.loads(js.stdout)["spend"]
+    assert (view["hour"], view["day"], view["cap_hour"]) == ("0.005890", "0.005890", None)
+    assert view["by_tenant"] == {"-": "0.002990", "team-a": "0.001450"} and view["by_provider"] == {
+        "twocaptcha": "0.004440"}
+    assert PKEY not in out.stdout + out.stderr + js.stdout
+
+
+def test_ledger_labels_round_trip() -> None:
+    assert parse_label(ledger_label("twocaptcha", "turnstile", "team-a")) == ("twocaptcha", "turnstile", "team-a")
+    assert parse_label(ledger_label("twocaptcha", "turnstile")) == ("twocaptcha", "turnstile", "")
+    assert parse_label("odd") == ("odd", "", "")

@@ -88,6 +88,8 @@ def _secret_refs(values: dict[str, Any]) -> set[tuple[str, str]]:
     cai = values.get("captchaai") or {}
     if cai.get("existingSecret"):
         refs.add((cai["existingSecret"], cai.get("existingSecretKey", "api-key")))
+    for provider in values.get("providers") or []:
+        refs.add((provider["existingSecret"], provider.get("existingSecretKey", "api-key")))
     auth = (values.get("redis") or {}).get("auth") or {}
     if auth.get("existingSecret"):
         refs.add((auth["existingSecret"], auth.get("existingSecretPasswordKey", "redis-password")))

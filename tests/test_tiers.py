@@ -64,6 +64,7 @@ TIERS: dict[str, str] = {
     "tests/chart/test_docs.py": FAST,
     "tests/chart/test_gateway_chart.py": FAST,
     "tests/chart/test_install_checklist.py": FAST,
+    "tests/chart/test_providers_chart.py": FAST,
     "tests/chart/test_kubeconform.py": FAST,
     "tests/chart/test_render.py": FAST,
     "tests/chart/test_unittest.py": FAST,

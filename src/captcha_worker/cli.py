@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from captcha_worker import __version__, demo, gateway, log, planner, simulator, watch
@@ -25,10 +26,12 @@ from captcha_worker.config import (
     DEFAULT_API_URL,
     ConfigError,
     ProducerConfig,
+    ProvidersConfig,
     RedisConfig,
     Secret,
     WorkerConfig,
     api_key_from_env,
+    providers_from_env,
     queue_name,
     redact_url,
 )
@@ -36,8 +39,10 @@ from captcha_worker.connection import connect, describe_refusal, refusal, tls_hi
 from captcha_worker.gateway.config import tenant_json
 from captcha_worker.metrics import ProbeServer
 from captcha_worker.output import Progress, outcome_json
+from captcha_worker.overflow import parse_label
 from captcha_worker.pingback import Receiver
 from captcha_worker.queue import AuditCheck, DeadLetter, RedisQueue, confirmed, item_ref
+from captcha_worker.spend import Spend, SpendState
 from captcha_worker.task import payload_view
 from captcha_worker.worker import open_worker
 
@@ -132,8 +137,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
         cfg = WorkerConfig.from_env()
     except ConfigError as exc:
         return _die("captcha-worker run", f"configuration error: {exc}")
+    provider_keys = [p.key.value for p in cfg.providers.providers] if cfg.providers else []
     log.setup(cfg.log_level, secrets=[cfg.api_key.value, cfg.redis.password.value,
-                                      cfg.redis.sentinel_password.value])
+                                      cfg.redis.sentinel_password.value, *provider_keys])
     return asyncio.run(_run_worker(cfg))
 
 
@@ -409,16 +415,64 @@ def _watch(ns: argparse.Namespace) -> int:
 
 
 async def _stats(ns: argparse.Namespace) -> int:
+    try:  # the cap to show the windows against: PROVIDERS as the workers have it (their ConfigMap)
+        cap = providers_from_env(os.environ)
+    except ConfigError as exc:
+        raise UsageError(f"configuration error: {exc}") from None
     async with _producer(ns) as q:
         s = await q.stats()
-    data = {"queue": q.keys.queue, "pending": s.pending, "processing": s.processing, "dead": s.dead,
-            "budget_in_use": s.budget_in_use, "budget_limit": s.budget_limit, "workers_alive": s.workers_alive}
+        spend = await Spend(q.redis, q.keys.queue).state()
+    data: dict[str, Any] = {
+        "queue": q.keys.queue, "pending": s.pending, "processing": s.processing, "dead": s.dead,
+        "budget_in_use": s.budget_in_use, "budget_limit": s.budget_limit, "workers_alive": s.workers_alive}
+    if cap is not None or spend.totals or spend.hour or spend.day:
+        data["spend"] = spend_view(spend, cap)
     if ns.json:
         print(json.dumps(data))
-    else:
-        for name, value in data.items():
+        return EXIT_OK
+    for name, value in data.items():
+        if name != "spend":
             print(f"{name:<14} {value}")
+    if "spend" in data:
+        print(*spend_lines(data["spend"]), sep="\n")
     return EXIT_OK
+
+
+def spend_view(state: SpendState, cap: ProvidersConfig | None) -> dict[str, Any]:
+    """The spend windows against the cap and the ledger by provider and by tenant, in money (exact decimals from
+    the micro-units: the ledger's own figures, never a float sum)."""
+    by_provider: dict[str, int] = {}
+    by_tenant: dict[str, int] = {}
+    for label, micro in state.totals.items():
+        provider, _kind, tenant = parse_label(label)
+        by_provider[provider] = by_provider.get(provider, 0) + micro
+        by_tenant[tenant or "-"] = by_tenant.get(tenant or "-", 0) + micro
+    return {"hour": money(state.hour), "day": money(state.day), "reserved": money(state.reserved),
+            "cap_hour": None if cap is None else money(cap.cap_hour_micro),
+            "cap_day": None if cap is None else money(cap.cap_day_micro),
+            "by_provider": {k: money(v) for k, v in sorted(by_provider.items())},
+            "by_tenant": {k: money(v) for k, v in sorted(by_tenant.items())}}
+
+
+def money(micro: int) -> str:
+    """Micro-units as a decimal string with 6 places (1450 -> "0.001450")."""
+    sign, micro = ("-", -micro) if micro < 0 else ("", micro)
+    return f"{sign}{micro // 1_000_000}.{micro % 1_000_000:06d}"
+
+
+def spend_lines(view: dict[str, Any]) -> list[str]:
+    def against(window: str) -> str:
+        cap = view[f"cap_{window}"]
+        if cap is None:
+            return f"{view[window]} (no PROVIDERS here: cap unknown)"
+        share = Decimal(view[window]) / Decimal(cap) * 100 if Decimal(cap) else Decimal(0)
+        return f"{view[window]} of {cap} ({share:.1f} %)"
+
+    lines = [f"{'spend_hour':<14} {against('hour')}", f"{'spend_day':<14} {against('day')}",
+             f"{'spend_reserved':<14} {view['reserved']}"]
+    lines += [f"{'spend_total':<14} provider {name}: {value}" for name, value in view["by_provider"].items()]
+    lines += [f"{'spend_total':<14} tenant {name}: {value}" for name, value in view["by_tenant"].items()]
+    return lines
 
 
 def cmd_audit(ns: argparse.Namespace) -> int:
@@ -658,7 +712,8 @@ def _add_producer_commands(sub: Subparsers) -> None:
     _add_producer_args(p)
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("stats", help="pending, processing, dead, budget in use, workers alive (--watch: live)")
+    p = sub.add_parser("stats", help="pending, processing, dead, budget in use, workers alive, spend vs the cap "
+                                     "by provider and tenant (--watch: live)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--watch", action="store_true", help="a table that refreshes (Ctrl-C to stop)")
     p.add_argument("--interval", type=float, default=2.0, help="with --watch: seconds between refreshes (default 2)")

@@ -587,15 +587,29 @@ def _provider_key(item: dict[str, object], at: str) -> tuple[str, str | None]:
     if path is not None:
         if not isinstance(path, str) or not path:
             raise ConfigError(f"{at}.key_file must be a file path")
-        try:
-            with open(path, "rb") as f:
-                data = f.read(_KEY_FILE_MAX_BYTES + 1)
-            key = data.decode("utf-8").strip() if len(data) <= _KEY_FILE_MAX_BYTES else None
-        except FileNotFoundError:
-            raise ConfigError(f"{at}.key_file points to a missing file: {path[:200]}") from None
-        except (OSError, UnicodeDecodeError):
-            raise ConfigError(f"{at}.key_file cannot be read as UTF-8 text: {path[:200]}") from None
-    if not isinstance(key, str) or not key or len(key) > 256 or any(c.isspace() or not c.isprintable() for c in key):
-        raise ConfigError(f"{at}.key{'_file' if path is not None else ''} must hold the provider's API key "
-                          "(1-256 printable characters, no spaces)")
-    return key, path if isinstance(path, str) else None
+        return read_provider_key_file(path, at), path
+    if not _provider_key_shaped(key):
+        raise ConfigError(f"{at}.key must hold the provider's API key (1-256 printable characters, no spaces)")
+    assert isinstance(key, str)
+    return key, None
+
+
+def _provider_key_shaped(key: object) -> bool:
+    return isinstance(key, str) and 0 < len(key) <= 256 and not any(c.isspace() or not c.isprintable() for c in key)
+
+
+def read_provider_key_file(path: str, at: str) -> str:
+    """A provider's key from its file (a mounted Secret; re-read while running by keyfile.KeyFileWatcher); errors
+    name `at` (``PROVIDERS.providers[i] (name)``) and the path, never the content."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_KEY_FILE_MAX_BYTES + 1)
+        key = data.decode("utf-8").strip() if len(data) <= _KEY_FILE_MAX_BYTES else None
+    except FileNotFoundError:
+        raise ConfigError(f"{at}.key_file points to a missing file: {path[:200]}") from None
+    except (OSError, UnicodeDecodeError):
+        raise ConfigError(f"{at}.key_file cannot be read as UTF-8 text: {path[:200]}") from None
+    if not _provider_key_shaped(key):
+        raise ConfigError(f"{at}.key_file must hold the provider's API key (1-256 printable characters, no spaces)")
+    assert isinstance(key, str)
+    return key

@@ -340,7 +340,8 @@ class JobRunner:
                 try:
                     async with self.host.provider_slot(provider.name):
                         paid = await overflow.solve(task.id, provider, task.kind, task.method, task.params,
-                                                    deadline=deadline, unsolvable_retries=self.cfg.unsolvable_retries)
+                                                    deadline=deadline, unsolvable_retries=self.cfg.unsolvable_retries,
+                                                    tenant=task.tenant or "")
                     break
                 except OverCap:
                     if time.time() + pause >= deadline or not self.host.running:

@@ -1,5 +1,6 @@
 """The API key from a file (``CAPTCHAAI_KEY_FILE``), re-read while the worker (or the gateway: its copy of the
-plan's key, for reports and the balance) runs: a key rotated in its Secret reaches the pods without a restart.
+plan's key, for reports and the balance; an overflow provider's ``key_file``: overflow.key_watchers) runs: a key
+rotated in its Secret reaches the pods without a restart.
 
 Kubernetes updates a mounted Secret in place (an atomic swap of the volume's ``..data`` link) within the kubelet's
 sync period, about a minute. :func:`watch_key_file` reads the file every ``KEY_RELOAD_SECONDS`` and hands a new,
@@ -25,9 +26,11 @@ logger = logging.getLogger("captcha_worker.keyfile")
 class KeyFileWatcher:
     """Compares the file's key with the one in use; `check()` applies a change (one log line per change)."""
 
-    def __init__(self, path: str, current: str, apply: Callable[[Secret], None], *, holder: str = "worker") -> None:
+    def __init__(self, path: str, current: str, apply: Callable[[Secret], None], *, holder: str = "worker",
+                 read: Callable[[str], str] = read_key_file) -> None:
         self.path = path
-        self.holder = holder  # who keeps its key through a bad file: named in the hint
+        self.holder = holder  # whose key: named in the hint and on every line ("worker", "gateway", "provider x")
+        self.read = read  # the file's key, or ConfigError (a CaptchaAI key's shape by default)
         self.current = current
         self.apply = apply
         self.reloads = 0
@@ -36,25 +39,25 @@ class KeyFileWatcher:
     def check(self) -> bool:
         """Read the file once; True when a new key was applied."""
         try:
-            key = read_key_file(self.path)
+            key = self.read(self.path)
         except ConfigError as exc:
             reason = str(exc)
             if reason != self._problem:
                 self._problem = reason
-                event(logger, "api_key_file_invalid", logging.WARNING, path=self.path, reason=reason,
-                      hint=f"the {self.holder} keeps the key it has; write a valid key to the Secret")
+                event(logger, "api_key_file_invalid", logging.WARNING, path=self.path, holder=self.holder,
+                      reason=reason, hint=f"the {self.holder} keeps the key it has; write a valid key to the Secret")
             return False
         if key == self.current:
             if self._problem is not None:
                 self._problem = None
-                event(logger, "api_key_file_ok", path=self.path)
+                event(logger, "api_key_file_ok", path=self.path, holder=self.holder)
             return False
         self._problem = None
         log.add_secret(key)  # scrubbed from every later line, like the key it replaces
         self.apply(Secret(key))
         self.current = key
         self.reloads += 1
-        event(logger, "api_key_reloaded", path=self.path, reloads=self.reloads)
+        event(logger, "api_key_reloaded", path=self.path, holder=self.holder, reloads=self.reloads)
         return True
 
 

@@ -75,7 +75,15 @@ def kind_label(kind: str | None) -> str:
 TASKS = Counter(f"{PREFIX}tasks_total", "Tasks finished by this worker, by kind and outcome.",
                 ["method", "outcome"])
 COST = Counter(f"{PREFIX}cost_total", "Money charged by per-solve providers (the spend cap's settlements), in the "
-               "currency of their prices.", ["provider", "kind"])
+               "currency of their prices.", ["provider", "kind", "tenant"])
+PROVIDER_BALANCE = Gauge(f"{PREFIX}provider_balance", "A per-solve provider's account balance (res.php getbalance), "
+                         "polled every THREADSINFO_INTERVAL_SECONDS.", ["provider"])
+SPEND = Gauge(f"{PREFIX}spend", "Money charged and reserved at the per-solve providers in this clock hour / UTC day "
+              "(the spend cap's windows in Redis: cluster-wide).", ["window"])
+SPEND_CAP = Gauge(f"{PREFIX}spend_cap", "The spend cap per window (PROVIDERS cap.hour / cap.day).", ["window"])
+# Set by the routing (worker's provider breakers, issue 27): named here so that the dashboard and alerts have one owner.
+BREAKER_OPEN = Gauge(f"{PREFIX}breaker_open", "1 while the provider's circuit breaker is open (its tasks go to "
+                     "overflow providers), 0 while closed.", ["provider"])
 SOLVE_DURATION = Histogram(f"{PREFIX}solve_duration_seconds",
                            "From the first in.php call to the answer, for solved tasks.", ["method"],
                            buckets=SOLVE_BUCKETS)

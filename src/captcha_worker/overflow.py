@@ -15,24 +15,39 @@ any other error after in.php gave an id        left to expire: charged at the pr
 =============================================  ===========================================================
 
 A reservation the cap refuses raises :class:`OverCap` before anything is sent to the provider. The worker's job
-(``job.JobRunner._solve_paid``) routes tasks here (docs/operations.md "Cost and overflow").
+(``job.JobRunner._solve_paid``) routes tasks here (docs/operations.md "Cost and overflow"). A provider whose key is
+a file (``key_file``, a mounted Secret) has its key re-read while running (:func:`key_watchers`); the worker's
+:class:`ProviderPool` holds the clients, the key watchers and the operator's view (balance, spend windows, cap).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
+from functools import partial
 
-from captcha_worker import methods, metrics
-from captcha_worker.captchaai import CaptchaAI, OnSubmit, Solution, SolveStats, TaskFailed
+from redis.exceptions import RedisError
+
+from captcha_worker import log, methods, metrics
+from captcha_worker.captchaai import ApiError, CaptchaAI, OnSubmit, RetryPolicy, Solution, SolveStats, TaskFailed
 from captcha_worker.codes import Code
-from captcha_worker.config import ProviderConfig, ProvidersConfig
+from captcha_worker.config import ProviderConfig, ProvidersConfig, WorkerConfig, read_provider_key_file
+from captcha_worker.connection import Client
+from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
+from captcha_worker.log import event
 from captcha_worker.spend import MICRO, Cap, Reservation, Spend
 
 #: rounds tried under new reservation ids when an id is already taken (a retried or resumed task)
 _MAX_IDS = 8
 #: a reservation outlives its solve's window by this much before it expires into a charge
 _EXPIRY_MARGIN_S = 60.0
+#: how often a worker reads the spend windows into `spend{window}` (one read-only script)
+SPEND_POLL_SECONDS = 15.0
+
+_log = logging.getLogger("captcha_worker.overflow")
 
 
 class OverCap(Exception):
@@ -63,11 +78,13 @@ class Overflow:
                      and p.name in self.clients), None)
 
     async def solve(self, task_id: str, provider: ProviderConfig, kind: methods.Kind, method: str,
-                    params: Mapping[str, str], *, deadline: float, unsolvable_retries: int = 1) -> PaidSolution:
-        """Reserve, solve at `provider`, settle, per round; raises OverCap, or what CaptchaAI.solve raises."""
+                    params: Mapping[str, str], *, deadline: float, unsolvable_retries: int = 1,
+                    tenant: str = "") -> PaidSolution:
+        """Reserve, solve at `provider`, settle, per round; raises OverCap, or what CaptchaAI.solve raises. The
+        ledger's label is ``<provider>|<kind>``, with the task's tenant ``<provider>|<kind>|<tenant>``."""
         api, price = self.clients[provider.name], provider.price_micro(kind.name)
         ttl_s = api.solve_window(kind) + _EXPIRY_MARGIN_S
-        label = f"{provider.name}|{kind.name}"
+        label = ledger_label(provider.name, kind.name, tenant)
         total, rounds, n = 0, unsolvable_retries + 1, 0
         for round_ in range(rounds):
             rid, n = await self._reserve(provider, task_id, n, price=price, ttl_s=ttl_s, label=label)
@@ -109,9 +126,20 @@ class Overflow:
     async def _settle(self, rid: str, cost: int, label: str) -> int:
         settled = await self.spend.settle(rid, cost)
         if settled.outcome in ("settled", "corrected"):
-            provider, kind = label.split("|", 1)
-            metrics.COST.labels(provider, kind).inc(settled.charged / MICRO)
+            provider, kind, tenant = parse_label(label)
+            metrics.COST.labels(provider, kind, tenant).inc(settled.charged / MICRO)
         return settled.charged
+
+
+def ledger_label(provider: str, kind: str, tenant: str = "") -> str:
+    """The spend ledger's label of a solve (names hold no '|': provider names, kind names, tenant names)."""
+    return f"{provider}|{kind}|{tenant}" if tenant else f"{provider}|{kind}"
+
+
+def parse_label(label: str) -> tuple[str, str, str]:
+    """(provider, kind, tenant) of a ledger label ("" for a task without a tenant)."""
+    parts = label.split("|", 2)
+    return parts[0], parts[1] if len(parts) > 1 else "", parts[2] if len(parts) > 2 else ""
 
 
 def _recorder(ids: list[str]) -> OnSubmit:
@@ -119,3 +147,86 @@ def _recorder(ids: list[str]) -> OnSubmit:
     def note(captcha_id: str, _window_s: float) -> None:
         ids.append(captcha_id)
     return note
+
+
+def key_watchers(config: ProvidersConfig, clients: Mapping[str, CaptchaAI]) -> list[KeyFileWatcher]:
+    """One watcher per provider whose key is a file: `check()` (every KEY_RELOAD_SECONDS, keyfile.watch_key_file)
+    hands a rotated key to the provider's client for its next request, one ``api_key_reloaded`` line (holder
+    ``provider <name>``, never the key); a malformed file keeps the key in use (``api_key_file_invalid``)."""
+    return [KeyFileWatcher(p.key_file, p.key.value, clients[p.name].set_key, holder=f"provider {p.name}",
+                           read=partial(read_provider_key_file, at=f"PROVIDERS.providers[{i}] ({p.name})"))
+            for i, p in enumerate(config.providers) if p.key_file and p.name in clients]
+
+
+class ProviderPool:
+    """The worker's side of PROVIDERS that routing builds on: an open client per ``res.php`` provider (the clients
+    :class:`Overflow` solves with), their key files re-read every KEY_RELOAD_SECONDS (:func:`key_watchers`), and
+    the operator's view: each provider's balance (``getbalance``, every THREADSINFO_INTERVAL_SECONDS) as
+    ``provider_balance``, the spend windows and the cap (``spend`` / ``spend_cap``, every SPEND_POLL_SECONDS).
+    ``createTask`` providers get no client yet (the JSON-API client is not built), hence no balance."""
+
+    def __init__(self, cfg: WorkerConfig, redis: Client) -> None:
+        assert cfg.providers is not None
+        self.cfg, self.config, self.redis = cfg, cfg.providers, redis
+        self.spend = Spend(redis, cfg.queue)
+        self.clients: dict[str, CaptchaAI] = {}
+        self.overflow = Overflow(self.spend, self.config, self.clients)  # the routing's solves (the same clients)
+        self._stack = AsyncExitStack()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._balance_problem: dict[str, str] = {}  # provider -> the code last logged (a lasting one logged once)
+
+    async def __aenter__(self) -> ProviderPool:
+        cfg = self.cfg
+        for p in self.config.providers:
+            log.add_secret(p.key.value)
+            if p.protocol != "res.php":
+                event(_log, "provider_not_routed", logging.WARNING, provider=p.name, protocol=p.protocol,
+                      hint="only res.php providers are solved at so far; its kinds stay CaptchaAI's")
+                continue
+            self.clients[p.name] = await self._stack.enter_async_context(CaptchaAI(
+                p.key, p.url, http_timeout_s=cfg.http_timeout_seconds, poll_timeout_s=cfg.http_poll_timeout_seconds,
+                retry=RetryPolicy.scaled(cfg.time_scale), poll_scale=cfg.time_scale, max_connections=p.concurrency))
+        metrics.SPEND_CAP.labels("hour").set(self.config.cap_hour_micro / MICRO)
+        metrics.SPEND_CAP.labels("day").set(self.config.cap_day_micro / MICRO)
+        self._tasks = [asyncio.create_task(watch_key_file(w, cfg.key_reload_seconds))
+                       for w in key_watchers(self.config, self.clients)]
+        self._tasks += [asyncio.create_task(self._every(cfg.threadsinfo_interval_seconds, self.poll_balances)),
+                        asyncio.create_task(self._every(SPEND_POLL_SECONDS, self.poll_spend))]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await t
+        await self._stack.aclose()
+
+    async def poll_balances(self) -> None:
+        """Each client's getbalance into provider_balance; a refusal is logged once per provider and code (the
+        gauge keeps its last reading: a balance alert must not clear because the provider stopped answering)."""
+        for name, api in self.clients.items():
+            try:
+                metrics.PROVIDER_BALANCE.labels(name).set(await api.getbalance())
+            except ApiError as exc:
+                if self._balance_problem.get(name) != exc.code:
+                    self._balance_problem[name] = exc.code
+                    event(_log, "provider_balance_failed", logging.WARNING, provider=name, code=exc.code)
+            else:
+                self._balance_problem.pop(name, None)
+
+    async def poll_spend(self) -> None:
+        """This hour's and this day's window (charged + reserved) into spend{window}; Redis down: the last value."""
+        try:
+            state = await self.spend.state()
+        except (RedisError, OSError) as exc:
+            event(_log, "spend_poll_failed", logging.WARNING, error=type(exc).__name__)
+            return
+        metrics.SPEND.labels("hour").set(state.hour / MICRO)
+        metrics.SPEND.labels("day").set(state.day / MICRO)
+
+    @staticmethod
+    async def _every(interval_s: float, poll: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await poll()
+            await asyncio.sleep(interval_s)

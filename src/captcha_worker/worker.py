@@ -53,7 +53,7 @@ from captcha_worker.connection import Client, Refusal, connect, describe_refusal
 from captcha_worker.job import Api, Job, JobRunner
 from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
-from captcha_worker.overflow import Overflow
+from captcha_worker.overflow import Overflow, ProviderPool
 from captcha_worker.pingback import Hub
 from captcha_worker.queue import (
     AuditCheck,
@@ -67,7 +67,6 @@ from captcha_worker.queue import (
     Violation,
     item_ref,
 )
-from captcha_worker.spend import Spend
 from captcha_worker.task import Task
 
 log = logging.getLogger("captcha_worker.worker")
@@ -662,7 +661,9 @@ async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> Asy
                 cfg.api_key, cfg.api_url, http_timeout_s=cfg.http_timeout_seconds,
                 poll_timeout_s=cfg.http_poll_timeout_seconds, retry=RetryPolicy.scaled(cfg.time_scale),
                 poll_scale=cfg.time_scale, max_connections=max(100, cfg.concurrency), pingback=hub))
-            overflow = await _open_overflow(cfg, redis, stack)
+            overflow = None
+            if cfg.providers is not None:  # provider clients, their key files, balances and spend (the operator's view)
+                overflow = (await stack.enter_async_context(ProviderPool(cfg, redis))).overflow
             worker, reload = Worker(cfg, redis, api, worker_id=worker_id, overflow=overflow), None
             if cfg.api_key_file:  # a key rotated in its Secret reaches this process without a restart
                 def rotate(key: Secret) -> None:
@@ -680,22 +681,3 @@ async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> Asy
                         await reload
     finally:
         await redis.aclose()
-
-
-async def _open_overflow(cfg: WorkerConfig, redis: Client, stack: AsyncExitStack) -> Overflow | None:
-    """The overflow providers of PROVIDERS with a client each (res.php ones: the protocol routed so far), the
-    spend cap on the queue's keys; None when PROVIDERS is unset."""
-    pc = cfg.providers
-    if pc is None:
-        return None
-    clients: dict[str, CaptchaAI] = {}
-    for p in pc.providers:
-        logs.add_secret(p.key.value)
-        if p.protocol != "res.php":
-            event(log, "provider_not_routed", logging.WARNING, provider=p.name, protocol=p.protocol,
-                  hint="only res.php providers are solved at so far; its kinds stay CaptchaAI's")
-            continue
-        clients[p.name] = await stack.enter_async_context(CaptchaAI(
-            p.key, p.url, http_timeout_s=cfg.http_timeout_seconds, poll_timeout_s=cfg.http_poll_timeout_seconds,
-            retry=RetryPolicy.scaled(cfg.time_scale), poll_scale=cfg.time_scale, max_connections=p.concurrency))
-    return Overflow(Spend(redis, cfg.queue), pc, clients)

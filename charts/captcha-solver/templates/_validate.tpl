@@ -10,6 +10,7 @@
 {{- $msgs = concat $msgs (include "captcha-solver.validate.disruption" . | fromJsonArray) -}}
 {{- $msgs = concat $msgs (include "captcha-solver.validate.gateway" . | fromJsonArray) -}}
 {{- $msgs = concat $msgs (include "captcha-solver.validate.pingback" . | fromJsonArray) -}}
+{{- $msgs = concat $msgs (include "captcha-solver.validate.providers" . | fromJsonArray) -}}
 {{- if $msgs -}}
 {{- fail (printf "\n\nVALUES VALIDATION:\n  - %s\n" (join "\n  - " $msgs)) -}}
 {{- end -}}

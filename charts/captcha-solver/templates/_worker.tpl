@@ -88,6 +88,7 @@
 {{- $url := include "captcha-solver.captchaaiUrl" . -}}
 {{- if $url }}{{- $_ := set $cfg "CAPTCHAAI_URL" $url -}}{{- end -}}
 {{- with .Values.compat.queueList }}{{- $_ := set $cfg "COMPAT_QUEUE_LIST" . -}}{{- end -}}
+{{- with include "captcha-solver.providers.json" . }}{{- $_ := set $cfg "PROVIDERS" . -}}{{- end -}}
 {{- if .Values.pingback.enabled -}}
 {{- $_ := set $cfg "PINGBACK_URL" (trimSuffix "/" .Values.pingback.url) -}}
 {{- $_ := set $cfg "PINGBACK_HOST" "0.0.0.0" -}}
@@ -190,6 +191,7 @@
       - key: {{ .Values.externalRedis.tls.caSecretKey }}
         path: {{ .Values.externalRedis.tls.caSecretKey }}
 {{- end }}
+{{- include "captcha-solver.providers.volumes" . }}
 {{- with .Values.worker.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -206,6 +208,7 @@
   mountPath: /etc/captcha-solver/redis-ca
   readOnly: true
 {{- end }}
+{{- include "captcha-solver.providers.volumeMounts" . }}
 {{- with .Values.worker.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
