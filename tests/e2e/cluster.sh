@@ -7,7 +7,8 @@
 # With --pods (`make e2e-pods`) it is a one-node cluster that runs pods instead: the API server on the node IP of a
 # pod bridge, kube-controller-manager with all its controllers (HPA, node lifecycle, endpoints, PV binder, ...),
 # kube-scheduler, the node of node.sh (containerd + runc, bridge CNI, kubelet, kube-proxy in iptables mode), the
-# images of images.sh imported, and CoreDNS (addons/coredns.yaml). No KEDA processes: KEDA comes from its chart.
+# images of images.sh imported (with E2E_NODE_REGISTRY all but the worker's: the kubelet pulls it from the
+# release's registry), and CoreDNS (addons/coredns.yaml). No KEDA processes: KEDA comes from its chart.
 #
 # Usage: tests/e2e/cluster.sh up [--bare]   start everything (--bare: no KEDA CRDs and no KEDA operator)
 #        tests/e2e/cluster.sh up --pods     the one-node cluster that runs pods (root; see node.sh)
@@ -324,8 +325,9 @@ pods_up() {
     --secure-port=0 --v=1
   images=$("$HERE/images.sh") || die "images.sh failed (logs in ${TOOLS_DIR#"$ROOT"/}/logs/image-*.log)"
   echo "$images" > "$STATE/images"
+  # with E2E_NODE_REGISTRY every image but the worker's: the kubelet pulls that one from the release's registry
   # shellcheck disable=SC2046
-  node_up $(awk '{print $3}' <<<"$images")
+  node_up $(awk -v skip="${E2E_NODE_REGISTRY:+worker}" '$1 != skip {print $3}' <<<"$images")
   sed "s|IMAGE|$(awk '$1 == "coredns" {print $2}' <<<"$images")|" "$HERE/addons/coredns.yaml" | kc apply -f - >/dev/null
   local start=$SECONDS
   until [ "$(kc -n kube-system get deploy coredns -o jsonpath='{.status.readyReplicas}' 2>/dev/null)" = 1 ]; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The images of `make e2e-pods`, built without a Docker daemon (buildah, vfs storage, chroot isolation) into
-# docker-archive files that the node imports into containerd:
+# docker-archive files that the node imports into containerd (with E2E_PODS_REGISTRY=1 all but the worker's, which
+# `make release` pushes to the run's registry and the kubelet pulls from there):
 #
 #   localhost/captcha-e2e/python-base:bookworm  Debian bookworm minbase + python3 (mmdebstrap): stands in for the
 #                                               python slim image, which cannot be pulled here
@@ -17,7 +18,9 @@
 #
 # Usage: tests/e2e/images.sh            build what is missing; prints "name image archive" lines on stdout
 #        tests/e2e/images.sh --worker   only the python base and the worker image (`make release` builds the image
-#                                       it publishes this way): prints the "worker image archive" line
+#                                       it publishes this way): prints the "worker image archive" line;
+#                                       E2E_WORKER_CONTEXT=DIR builds another tree's Dockerfile (an earlier release's,
+#                                       tests/e2e/previous-release.sh), kept as E2E_WORKER_NAME-<hash>.tar
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -100,23 +103,23 @@ static_image() {  # static_image NAME TAG BINARY PATH-IN-IMAGE [ENTRYPOINT-ARGS.
 }
 
 worker_image() {  # the project's Dockerfile, unmodified, on the local python base
-  local base=$1 k archive img
+  local base=$1 k archive img ctx=${E2E_WORKER_CONTEXT:-$ROOT} name=${E2E_WORKER_NAME:-worker}
   # the build context as .dockerignore lets it through (pyproject.toml, README.md, src/ without caches)
-  k=$(cd "$ROOT" && { cat Dockerfile .dockerignore pyproject.toml README.md; echo "$base"
+  k=$(cd "$ctx" && { cat Dockerfile .dockerignore pyproject.toml README.md; echo "$base"
       find src -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' -not -name '*.pyc' | sort \
         | while read -r f; do echo "$f"; cat "$f"; done; } | key)
-  archive=$OUT/worker-$k.tar; img=localhost/captcha-solver:e2e-$k
+  archive=$OUT/$name-$k.tar; img=localhost/captcha-solver:e2e-$k
   if [ ! -f "$archive" ]; then
-    say "worker: buildah bud Dockerfile --build-arg PYTHON_IMAGE=$base (pip reaches PyPI)"
+    say "$name: buildah bud $ctx/Dockerfile --build-arg PYTHON_IMAGE=$base (pip reaches PyPI)"
     # pip in the build reaches PyPI only with the host's CA bundle
-    timed worker "${BUILDAH[@]}" bud --isolation chroot --network host --pull=never --layers=false --format docker \
+    timed "$name" "${BUILDAH[@]}" bud --isolation chroot --network host --pull=never --layers=false --format docker \
       --build-arg "PYTHON_IMAGE=$base" -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
-      -t "$img" -f "$ROOT/Dockerfile" "$ROOT"
+      -t "$img" -f "$ctx/Dockerfile" "$ctx"
     rm -f "$archive.tmp"
     "${BUILDAH[@]}" push --quiet "$img" "docker-archive:$archive.tmp:$img"
     mv -f "$archive.tmp" "$archive"
     "${BUILDAH[@]}" rmi "$img" >/dev/null 2>&1 || true          # vfs storage copies every layer: keep it small
-    find "$OUT" -maxdepth 1 -name 'worker-*.tar' ! -name "worker-$k.tar" -delete
+    find "$OUT" -maxdepth 1 -name "$name-*.tar" ! -name "$name-$k.tar" -delete
   fi
   echo "$img $archive"
 }

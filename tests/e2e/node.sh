@@ -4,7 +4,8 @@
 #
 #   node_packages   the Debian packages (containerd 1.6, runc, buildah, mmdebstrap, CNI plugins, iptables, conntrack)
 #   node_net_up     the pod bridge with the node IP (the API server binds to it) and a record of the host's sysctls
-#   node_up         containerd (private config, socket, root), kubelet, kube-proxy (iptables); cgroups nested under
+#   node_up         containerd (private config, socket, root; E2E_NODE_REGISTRY=127.0.0.1:PORT: a plain-HTTP
+#                   registry it pulls from, hosts.toml), kubelet, kube-proxy (iptables); cgroups nested under
 #                   this session's own cgroup in every v1 hierarchy
 #   node_down       everything back, also after a failure: pods stopped through the CRI (CNI DEL frees their IPs,
 #                   veths and NAT chains), processes, mounts, cgroups, the bridge, iptables chains, sysctls
@@ -237,9 +238,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN"
     conf_dir = "$(node_dir)/cni/net.d"
+  # registries by host (certs.d/<host:port>/hosts.toml): E2E_NODE_REGISTRY, the release's plain-HTTP registry on
+  # 127.0.0.1 that the kubelet pulls the worker image from (containerd pulls on the host network)
   [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = ""
+    config_path = "$d/certs.d"
 EOF
+  mkdir -p "$d/certs.d"
+  if [ -n "${E2E_NODE_REGISTRY:-}" ]; then
+    mkdir -p "$d/certs.d/$E2E_NODE_REGISTRY"
+    cat > "$d/certs.d/$E2E_NODE_REGISTRY/hosts.toml" <<EOF
+server = "http://$E2E_NODE_REGISTRY"
+[host."http://$E2E_NODE_REGISTRY"]
+  capabilities = ["pull", "resolve"]
+EOF
+  fi
   start_proc containerd containerd --config "$d/config.toml" --log-level warn
   local start=$SECONDS
   until crictl_ info >/dev/null 2>&1; do
@@ -247,7 +259,7 @@ EOF
     [ $((SECONDS - start)) -lt 30 ] || die "containerd: CRI not answering after 30s"
     sleep 0.3
   done
-  log "containerd $(containerd --version | awk '{print $3}') on unix://$d/containerd.sock"
+  log "containerd $(containerd --version | awk '{print $3}') on unix://$d/containerd.sock${E2E_NODE_REGISTRY:+ (pulls from http://$E2E_NODE_REGISTRY)}"
 }
 
 node_import_images() {  # node_import_images ARCHIVE...: docker-archive files into containerd's k8s.io namespace

@@ -1,6 +1,9 @@
 """The scenarios of `make e2e-pods`, run by tests/e2e/pods.sh on the one-node cluster of `cluster.sh up --pods`
 with KEDA installed from its own chart: the captcha-solver chart as users get it (its KEDA dependency in charts/,
-values-examples/e2e-pods.yaml, the images of images.sh), one release per Helm major version, its pods really running.
+values-examples/e2e-pods.yaml, the images of images.sh; with --release, `helm install
+oci://<registry>/charts/captcha-solver --version <v> --verify` from the registry `make release` pushed it to, the
+worker image pulled by the kubelet from there by the digest the chart pins), one release per Helm major version,
+its pods really running.
 
   1       idle at 0 pods; 200 tasks -> KEDA 0 -> 1, the HPA 1 -> N (maxReplicaCount); every task solved by the pods;
           never more than the plan's threads in flight at the simulator; lists empty -> 0 pods; every worker that
@@ -12,11 +15,25 @@ values-examples/e2e-pods.yaml, the images of images.sh), one release per Helm ma
   2       helm upgrade --set captchaai.threads up and down while a backlog runs; maxReplicaCount follows and the
           simulator never sees a submission over the plan being rolled out (lowering: the pre-upgrade hook holds the
           lower limit in Redis before any pod changes, and the plan is reduced from then on)
+  previous  the previous released chart version (0.2.0 with its worker 0.1.0, from the registry) with a backlog
+          running, then `helm upgrade` to this release: every task solved, none lost or dead-lettered
+  key     the CaptchaAI key rotated in its Secret, wrong key then the right one: the running pods pick up both (the
+          mounted file, CAPTCHAAI_KEY_FILE) without a restart, stop on the wrong one, solve again on the right one
+  upgrades  (Helm 4 only) E2E_PODS_UPGRADES (20) upgrades while a load in waves makes the HPA scale between 1 and 5:
+          every upgrade succeeds at its first run (no conflict, no retry), and no replicas change is Helm's
+  checklist  docs/operations.md's install checklist, step by step in its order, from the registry: helm test passes
+          and a first task is solved
+
+With --release the pull of the worker image by the kubelet (its Pulled event) is measured at each install, the
+image first removed from the node (E2E_CRICTL) so that every Helm's release pulls it. previous, key, upgrades and
+checklist are not in the default set: they have not run on a cluster yet (tests/e2e/README.md).
 
 Every measured figure goes to <results>/figures.json and is printed at the end. Needs: KUBECONFIG and PATH from
 pods.sh (kubectl, helm3, helm4), and the project's .venv (redis-py; the captcha-worker CLI as the producer).
 
-    .venv/bin/python tests/e2e/pods.py --helms helm3,helm4 --scenarios 1,switch,3,4,2 --results DIR
+    E2E_PODS_CHART=<chart .tgz> .venv/bin/python tests/e2e/pods.py --helms helm3,helm4 --scenarios 1,switch,3,4,2 \
+        --image-tag <tag> --results DIR
+    .venv/bin/python tests/e2e/pods.py ... --release RELEASE_OUT/release.json [--previous OUT/previous.json]
 """
 
 from __future__ import annotations
@@ -24,10 +41,14 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import itertools
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import traceback
@@ -38,15 +59,15 @@ from pathlib import Path
 from typing import Any, cast
 
 import redis
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-# E2E_PODS_CHART: the chart to install: pods.sh passes the `helm package` archive, or another copy of the chart (e.g.
-# one with a defect put back, to see a scenario fail); default the chart directory
-CHART = Path(os.environ.get("E2E_PODS_CHART") or ROOT / "charts" / "captcha-solver")
 VALUES = ROOT / "values-examples" / "e2e-pods.yaml"
 CLI = ROOT / ".venv" / "bin" / "captcha-worker"
 TASK = {"method": "turnstile", "params": {"sitekey": "0x4AAAAAAAe2e", "pageurl": "https://e2e.example/login"}}
-DEFAULT_SCENARIOS = ("1", "switch", "3", "4", "2")
+DEFAULT_SCENARIOS = ("1", "switch", "3", "4", "2")  # more: previous, key, upgrades, checklist (E2E_PODS_SCENARIOS)
+#: scenarios that run under some Helms only (the others skip them, saying so)
+ONLY_UNDER = {"upgrades": ("helm4",)}
 
 
 class Failure(Exception):
@@ -95,13 +116,14 @@ def wait_until(timeout: float, what: str, probe: Callable[[], bool], interval: f
 class Watch(threading.Thread):
     """`kubectl get -w --output-watch-events -o json` in the background: (seconds, event type, object) in order."""
 
-    def __init__(self, ns: str, kind: str, selector: str, on_object: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(self, ns: str, kind: str, selector: str, on_object: Callable[[dict[str, Any]], None] | None = None,
+                 extra: tuple[str, ...] = (), t0: float | None = None):
         super().__init__(daemon=True)
         self.events: list[tuple[float, str, dict[str, Any]]] = []
         self._on_object = on_object
-        self._t0 = time.monotonic()
-        self._proc = subprocess.Popen(["kubectl", "-n", ns, "get", kind, "-l", selector, "-w",
-                                       "--output-watch-events", "-o", "json"],
+        self._t0 = time.monotonic() if t0 is None else t0
+        self._proc = subprocess.Popen(["kubectl", "-n", ns, "get", kind, *(["-l", selector] if selector else []),
+                                       *extra, "-w", "--output-watch-events", "-o", "json"],
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.start()
 
@@ -178,16 +200,84 @@ class LogFollower:
         return out
 
 
+# ---------------------------------------------------------------------------------------------------- the chart
+@dataclass(frozen=True)
+class ChartSource:
+    """What `helm install/upgrade` is given: the chart reference with its flags (an oci:// reference, --version,
+    --plain-http, --verify --keyring), the values file, and --set values of the image when the chart is not the
+    release's own (E2E_PODS_CHART, the previous version); `image` is the reference the pods must then run."""
+    ref: str
+    args: tuple[str, ...]
+    image: str
+    label: str
+    values: Path = VALUES
+    sets: tuple[str, ...] = ()
+    pulled: bool = True  # the kubelet pulls the image from a registry (False: imported into containerd)
+
+    @classmethod
+    def local(cls, path: str, tag: str) -> ChartSource:
+        """The chart archive `helm package` made, with the worker image images.sh built and the node imported."""
+        return cls(ref=path, args=(), image=f"localhost/captcha-solver:{tag}", label=path, pulled=False,
+                   sets=("image.repository=localhost/captcha-solver", f"image.tag={tag}", "image.pullPolicy=Never"))
+
+    @classmethod
+    def release(cls, info: dict[str, Any], keyring: Path) -> ChartSource:
+        """The release `make release` pushed (release.json): installed from the registry, provenance verified."""
+        return cls(ref=str(info["chart"]), args=("--version", str(info["chart_version"]), "--plain-http", "--verify",
+                                                 "--keyring", str(keyring)),
+                   image=str(info["image"]), label=f"{info['chart']} --version {info['chart_version']}")
+
+    @classmethod
+    def chart_copy(cls, path: str, info: dict[str, Any]) -> ChartSource:
+        """E2E_PODS_CHART: a chart directory or archive, run with the released image (still pulled from the
+        registry)."""
+        registry, _, rest = str(info["image"]).partition("/")
+        repository = rest.split(":", 1)[0].split("@", 1)[0]
+        return cls(ref=path, args=(), image=str(info["image"]), label=path,
+                   sets=(f"image.registry={registry}", f"image.repository={repository}",
+                         f"image.tag={info['app_version']}", f"image.digest={info['image_digest']}",
+                         "image.pullPolicy=IfNotPresent"))
+
+    @classmethod
+    def previous(cls, info: dict[str, Any]) -> ChartSource:
+        """The previous released version (previous-release.sh: previous.json), with the values file of its own
+        tree (its schema) and its own image; unsigned, as it was."""
+        registry, _, rest = str(info["image"]).partition("/")
+        repository = rest.split(":", 1)[0]
+        return cls(ref=str(info["chart"]), args=("--version", str(info["chart_version"]), "--plain-http"),
+                   image=str(info["image"]), label=f"{info['chart']} --version {info['chart_version']}",
+                   values=Path(info["values"]),
+                   sets=(f"image.registry={registry}", f"image.repository={repository}",
+                         f"image.tag={info['app_version']}", f"image.digest={info['image_digest']}",
+                         "image.pullPolicy=IfNotPresent"))
+
+    def set_args(self) -> list[str]:
+        return [a for v in self.sets for a in ("--set", v)]
+
+
+#: "this": this release's chart, "previous": the previous version's (--previous); main() fills it
+CHARTS: dict[str, ChartSource] = {}
+
+
+def source() -> ChartSource:
+    return CHARTS["this"]
+
+
 # ---------------------------------------------------------------------------------------------------- a release
 @dataclass
 class Release:
     helm: str
     ns: str
-    image_tag: str
     results: Path
     name: str = "cs"
     sets: tuple[str, ...] = ()
     figures: dict[str, Any] = field(default_factory=dict)
+    chart: ChartSource | None = None  # None: this release's (CHARTS["this"])
+    sim_url: str = ""  # a simulator outside the chart (simulator.enabled=false, captchaai.url)
+
+    @property
+    def src(self) -> ChartSource:
+        return self.chart or source()
 
     @property
     def fullname(self) -> str:
@@ -200,22 +290,31 @@ class Release:
     def helm_cmd(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return run(self.helm, *args, "-n", self.ns, check=check, timeout=timeout)
 
-    def install(self) -> None:
+    def install(self, fresh_pull: bool = False) -> None:
+        """helm install, --wait; with fresh_pull the image is removed from the node first, so that the kubelet pulls
+        it from the registry (the Helm's first release; not while another release runs it)."""
         kubectl("create", "namespace", self.ns)
         # the chart's pods meet the restricted Pod Security profile: enforce it
         kubectl("label", "namespace", self.ns, "pod-security.kubernetes.io/enforce=restricted")
         if "redis.persistence.enabled=false" not in self.sets:
             self._persistent_volume()
+        src = self.src
+        removed = remove_image(src.image) if fresh_pull and src.pulled else False
         t = time.monotonic()
-        sets = [a for v in (f"image.tag={self.image_tag}", *self.sets) for a in ("--set", v)]
-        out = self.helm_cmd("install", self.name, str(CHART), "-f", str(VALUES), *sets,
+        sets = [a for v in self.sets for a in ("--set", v)]
+        out = self.helm_cmd("install", self.name, src.ref, *src.args, "-f", str(src.values), *src.set_args(), *sets,
                             "--wait", "--timeout", "5m").stdout
         (self.results / f"{self.helm}-{self.ns}-install.out").write_text(out)
         if "simulator.enabled=false" not in self.sets:  # `--wait` does not cover the Service's endpoints
             wait_until(60, "the simulator answering through its Service", lambda: bool(self.sim("stats")))
         self.figures["install_s"] = round(time.monotonic() - t, 1)
-        say(f"{self.helm}: installed {self.name} in {self.ns} in {self.figures['install_s']}s "
-            f"({' '.join(self.sets) or 'Redis with persistence on a hostPath PV, simulator, KEDA on'})")
+        self.figures["chart"] = src.label
+        if src.pulled and "simulator.enabled=false" not in self.sets:  # the simulator runs the image: it pulls first
+            self.figures["image_pull"] = image_pull(self, src.image, removed=removed)
+        say(f"{self.helm}: installed {src.label} as {self.name} in {self.ns} in {self.figures['install_s']}s "
+            f"({' '.join(self.sets) or 'Redis with persistence on a hostPath PV, simulator, KEDA on'})"
+            + (f"; the kubelet pulled {src.image} in {self.figures['image_pull'].get('pull_s')}s"
+               if self.figures.get("image_pull", {}).get("pulled") else ""))
 
     def _persistent_volume(self) -> None:
         path = Path(os.environ["E2E_PV_DIR"]) / self.ns
@@ -230,7 +329,8 @@ class Release:
     def upgrade(self, *sets: str, timeout: float = 300) -> str:
         """helm upgrade --reset-then-reuse-values, once: a server-side apply conflict on .spec.replicas (Helm 4
         naming a field the HPA owns) fails the run -- the chart leaves the field out then (_keda.tpl)."""
-        args = ["upgrade", self.name, str(CHART), "--reset-then-reuse-values", "--wait",
+        src = self.src
+        args = ["upgrade", self.name, src.ref, *src.args, "--reset-then-reuse-values", "--wait",
                 "--timeout", f"{int(timeout)}s"]
         for s in sets:
             args += ["--set", s]
@@ -280,7 +380,8 @@ class Release:
         return {k: int(cast(int, r.llen("{captcha}:" + k))) for k in ("pending", "processing", "dead")}
 
     def sim(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        url = f"http://{self.service_ip(f'{self.fullname}-simulator')}:8080/_sim/{path}"
+        base = self.sim_url or f"http://{self.service_ip(f'{self.fullname}-simulator')}:8080"
+        url = f"{base}/_sim/{path}"
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(url, data=data, method="POST" if path in ("reset", "config") else "GET",
                                      headers={"Content-Type": "application/json"})
@@ -425,7 +526,7 @@ def scenario_1(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
 def scenario_switch(main: Release, f: dict[str, Any]) -> dict[str, Any]:
     """keda.enabled false -> true (bootstrap step 2) keeps the worker count: a release of its own, installed like
     step 1 (fixed replicas), then switched."""
-    rel = Release(helm=main.helm, ns=f"{main.ns}-switch", image_tag=main.image_tag, results=main.results,
+    rel = Release(helm=main.helm, ns=f"{main.ns}-switch", results=main.results,
                   sets=("keda.enabled=false", "worker.replicas=3", "redis.persistence.enabled=false"))
     rel.install()
     f.update({"fixed_replicas": 3})
@@ -695,8 +796,445 @@ def _lowered(rel: Release, threads: int, f: dict[str, Any]) -> int:
     return at_change
 
 
+# ---------------------------------------------------------------------------------------------------- the image pull
+GO_DURATION = r"(?:[0-9.]+(?:h|ms|us|µs|ns|m|s))+"
+#: kubelet (pkg/kubelet/images): 'Successfully pulled image %q in %v (%v including waiting). Image size: %v bytes.'
+PULLED = re.compile(rf'Successfully pulled image "(?P<ref>[^"]+)" in (?P<took>{GO_DURATION})'
+                    rf'(?: \((?P<waiting>{GO_DURATION}) including waiting\))?(?:\. Image size: (?P<size>\d+) bytes)?')
+GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def go_seconds(duration: str) -> float:
+    """A Go time.Duration string (`1m2.5s`, `850ms`) in seconds."""
+    parts = re.findall(r"([0-9.]+)(ms|us|µs|ns|h|m|s)", duration)
+    expect(bool(parts) and "".join(n + u for n, u in parts) == duration, f"not a Go duration: {duration!r}")
+    return round(sum(float(n) * GO_UNITS[u] for n, u in parts), 2)
+
+
+def crictl(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """crictl on the node's containerd (E2E_CRICTL: pods.sh gives the command with its endpoint)."""
+    return run(*os.environ["E2E_CRICTL"].split(), *args, check=check, timeout=180)
+
+
+def digest_ref(image: str) -> str:
+    """registry/repo:tag@sha256:... -> registry/repo@sha256:..."""
+    head, _, digest = image.partition("@")
+    repo = head.rsplit(":", 1)[0] if ":" in head.rsplit("/", 1)[-1] else head
+    return f"{repo}@{digest}" if digest else head
+
+
+def remove_image(image: str) -> bool:
+    """The image off the node (crictl rmi: containerd removes its content with it), so that the next pod that runs it
+    makes the kubelet pull it from the registry. True when it was there; False without E2E_CRICTL."""
+    if not os.environ.get("E2E_CRICTL"):
+        return False
+    present = crictl("inspecti", digest_ref(image)).returncode == 0
+    if present:
+        crictl("rmi", digest_ref(image), check=True)
+        expect(crictl("inspecti", digest_ref(image)).returncode != 0, f"{image} still on the node after crictl rmi")
+    return present
+
+
+def image_pull(rel: Release, image: str, removed: bool, timeout: float = 300) -> dict[str, Any]:
+    """The kubelet's pull of `image` for the release's first pod that runs it, from its Pulled event (`Successfully
+    pulled image "<ref>" in 8.2s (8.2s including waiting). Image size: N bytes.`, or `... already present on
+    machine`), and the digest the container runs (its imageID)."""
+    def events() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = kjson("-n", rel.ns, "get", "events", "--field-selector", "reason=Pulled")["items"]
+        # the digest, not the whole reference: the kubelet may print the reference normalized
+        return [e for e in items if (image.partition("@")[2] or f'"{image}"') in e.get("message", "")]
+
+    wait_until(timeout, f"a Pulled event for {image} in {rel.ns}", lambda: bool(events()), interval=1)
+    ev = sorted(events(), key=lambda e: e.get("firstTimestamp") or e.get("eventTime") or "")[0]
+    m = PULLED.search(ev["message"])
+    f: dict[str, Any] = {"image": image, "pod": ev["involvedObject"]["name"], "pulled": bool(m),
+                         "removed_from_the_node_before": removed}
+    if m:
+        f["pull_s"] = go_seconds(m["took"])
+        if m["waiting"]:
+            f["pull_including_waiting_s"] = go_seconds(m["waiting"])
+        if m["size"]:
+            f["image_size_bytes"] = int(m["size"])
+    else:
+        f["message"] = ev["message"]
+    pod = kjson("-n", rel.ns, "get", "pod", f["pod"])
+    ids = [c.get("imageID", "") for c in pod["status"].get("containerStatuses", [])]
+    f["image_id"] = ids[0] if ids else ""
+    expect(not ids or ids[0].endswith(image.partition("@")[2]), f"{f['pod']} runs {ids}, not the digest of {image}")
+    if removed:
+        expect(f["pulled"], f"{image} was removed from the node, yet the kubelet did not pull it: {ev['message']}")
+    return f
+
+
+# ---------------------------------------------------------------------------------------------------- previous
+@contextlib.contextmanager
+def host_simulator(threads: int) -> Iterator[str]:
+    """The simulator as a process on the node's IP (the pods reach it through the bridge), like CaptchaAI outside
+    the cluster: an upgrade does not restart it. Yields its URL."""
+    node_ip = os.environ.get("E2E_NODE_IP", "10.244.0.1")
+    with socket.socket() as sock:
+        sock.bind((node_ip, 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([str(CLI), "simulator", "--host", node_ip, "--port", str(port), "--threads", str(threads),
+                             "--latency", "turnstile=6:1.5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://{node_ip}:{port}"
+    try:
+        def answers() -> bool:
+            with urllib.request.urlopen(f"{url}/_sim/stats", timeout=3):
+                return True
+        wait_until(30, f"the simulator on {url}", answers)
+        yield url
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+
+def scenario_previous(main: Release, f: dict[str, Any]) -> dict[str, Any]:
+    """The upgrade from the previous released chart version: installed from the registry (its chart, its own worker
+    image pulled by the kubelet), a backlog running on its pods, then `helm upgrade` to this release with the values
+    file (as the install checklist's "Later changes" says), once: every task solved, none lost or dead-lettered, the
+    old workers exit 0 after their solves, the new pods run this release's image. CaptchaAI is a simulator outside
+    the chart (on the node's IP), as it is outside the cluster: the upgrade does not restart it."""
+    expect("previous" in CHARTS, "scenario previous needs --previous (pods.sh runs previous-release.sh)")
+    prev, new, n = CHARTS["previous"], main.src, 100
+    with host_simulator(threads=10) as url:
+        rel = Release(helm=main.helm, ns=f"{main.ns}-previous", results=main.results, chart=prev, sim_url=url,
+                      sets=("simulator.enabled=false", f"captchaai.url={url}"))
+        rel.install(fresh_pull=True)
+        f.update({"from": prev.label, "to": new.label, "tasks": n})
+        removed = remove_image(prev.image)  # no pod ran it yet (0 workers): the first worker pulls it
+        with watching(rel, "previous") as (deploy, pods, logs):
+            ids = rel.submit(n)
+            f["previous_image_pull"] = image_pull(rel, prev.image, removed=removed)
+            wait_until(180, "the previous version's workers solving", lambda: int(rel.sim("stats")["solved"]) >= 10,
+                       interval=1)
+            stats = rel.sim("stats")
+            f.update(solved_before_upgrade=stats["solved"], in_flight_at_upgrade=stats["in_flight"],
+                     queue_at_upgrade=rel.queue_lengths(), pods_at_upgrade=len(rel.worker_pods()))
+            t = time.monotonic()
+            proc = rel.helm_cmd("upgrade", rel.name, new.ref, *new.args, "-f", str(new.values), *new.set_args(),
+                                "--set", "simulator.enabled=false", "--set", f"captchaai.url={url}",
+                                "--wait", "--timeout", "600s", check=False, timeout=660)
+            f["upgrade_s"] = round(time.monotonic() - t, 1)
+            (rel.results / f"{rel.helm}-previous-upgrade.out").write_text(proc.stdout + proc.stderr)
+            expect(proc.returncode == 0, f"helm upgrade from {prev.label} to {new.label} failed:\n"
+                                         f"{proc.stderr[-3000:]}")
+            rel.chart = new
+            template = kjson("-n", rel.ns, "get", "deploy", rel.worker)["spec"]["template"]["spec"]
+            f["image_after"] = template["containers"][0]["image"]
+            outcome = rel.outcomes(ids, timeout=900)
+            f["solved"] = len(outcome.get("solved", []))
+            f["lost"] = n - f["solved"]
+            f["outcomes"] = {k: len(v) for k, v in outcome.items()}
+            after = rel.submit(20)  # and the new version's pods solve new tasks
+            f["solved_after_upgrade"] = len(rel.outcomes(after, timeout=300).get("solved", []))
+            f["queue_after"] = rel.queue_lengths()
+        f["replicas_timeline"] = deploy.replicas()
+        check_clean_exits(pods, logs, f)
+        expect(f["image_after"] == new.image, f"the upgraded workers run {f['image_after']}, not {new.image}")
+        expect(f["lost"] == 0, f"{f['lost']} of {n} tasks not solved across the upgrade from {prev.label}: "
+                               f"{f['outcomes']}")
+        expect(f["solved_after_upgrade"] == 20, f"after the upgrade {f['solved_after_upgrade']} of 20 tasks solved")
+        expect(f["queue_after"] == {"pending": 0, "processing": 0, "dead": 0}, f"lists after: {f['queue_after']}")
+        say(f"{rel.helm}: previous: {prev.label} ({f['in_flight_at_upgrade']} solves in flight, "
+            f"{f['queue_at_upgrade']['pending']} pending) -> {new.label} in {f['upgrade_s']}s: {f['solved']}/{n} "
+            f"solved, 0 lost, then 20/20 on the new pods; {f['workers_stopped']} workers stopped, all exit 0")
+        rel.uninstall()
+    return f
+
+
+# ---------------------------------------------------------------------------------------------------- key
+WRONG_KEY = "fedcba9876543210fedcba9876543210"  # well-formed, not the account's
+
+
+def scenario_key(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
+    """The CaptchaAI key rotated in its Secret while pods solve a backlog: a wrong key, then the right one. The
+    running pods read it from the mounted file (CAPTCHAAI_KEY_FILE): they reload the wrong one and stop claiming
+    (fatal_api_error, tasks stay queued), reload the right one and solve again -- no pod restarted, no task lost.
+    The simulator accepts only the right key. Figures: seconds from each Secret update to every running pod's reload
+    (the kubelet's volume sync, syncFrequency 10 s here, + KEY_RELOAD_SECONDS) and to the first solve again."""
+    right = str(yaml_value(rel.src.values, "captchaai", "apiKey"))
+    secret = f"{rel.fullname}-captchaai"
+    n = 200
+    rel.sim("config", {"keys": [right]})
+    rel.sim("reset")
+    try:
+        with watching(rel, "key") as (_, pods, logs):
+            ids = rel.submit(n)
+            wait_until(180, "workers solving", lambda: int(rel.sim("stats")["solved"]) >= 5, interval=1)
+            before = {p["metadata"]["name"]: (p["metadata"]["uid"], restarts(p)) for p in rel.worker_pods()
+                      if p["status"].get("phase") == "Running"}
+            f["pods_at_rotation"] = len(before)
+            t_wrong = time.monotonic()
+            _set_key(rel, secret, WRONG_KEY)
+
+            def every(event: str, count: int) -> bool:
+                seen: dict[str, int] = {}
+                for e in logs.events(event):
+                    seen[e["pod"]] = seen.get(e["pod"], 0) + 1
+                return all(seen.get(p, 0) >= count for p in before if pod_alive(rel, p))
+
+            wait_until(120, "every pod reloading the wrong key", lambda: every("api_key_reloaded", 1))
+            f["wrong_key_reloaded_s"] = round(time.monotonic() - t_wrong, 1)
+            wait_until(120, "every pod stopped by the rejected key", lambda: every("fatal_api_error", 1))
+            f["wrong_key_rejected_s"] = round(time.monotonic() - t_wrong, 1)
+            # the solves submitted under the right key finish at the simulator (~6 s): then none is in flight
+            wait_until(60, "no solve in flight", lambda: int(rel.sim("stats")["in_flight"]) == 0)
+            at_right = rel.sim("stats")
+            t_right = time.monotonic()
+            _set_key(rel, secret, right)
+            f["wrong_key_for_s"] = round(t_right - t_wrong, 1)
+            f["bad_key_requests"] = int(at_right["bad_key"])
+            marks: dict[str, float] = {}
+
+            def mark(name: str, ok: bool) -> None:
+                if ok and name not in marks:
+                    marks[name] = round(time.monotonic() - t_right, 1)
+
+            def after_right_key() -> bool:
+                stats = rel.sim("stats")
+                mark("resumed_s", int(stats["submitted"]) > int(at_right["submitted"]))
+                mark("solving_again_s", int(stats["solved"]) > int(at_right["solved"]))
+                mark("right_key_reloaded_s", every("api_key_reloaded", 2))
+                return len(marks) == 3
+
+            wait_until(180, "every pod reloading the right key and solving again", after_right_key)
+            f.update(marks)
+            outcome = rel.outcomes(ids, timeout=900)
+            after = {p["metadata"]["name"]: (p["metadata"]["uid"], restarts(p)) for p in rel.worker_pods()}
+        f["solved"] = len(outcome.get("solved", []))
+        f["restarted"] = sorted(p for p, (uid, r) in before.items() if p in after and after[p] != (uid, r))
+        f["cleared"] = len({e["pod"] for e in logs.events("fatal_api_error_cleared")} & set(before))
+        f["sim_ip_bans"] = rel.sim("stats").get("ip_bans")
+        leaked = [p for p in (rel.results / f"{rel.helm}-key-logs").glob("*.log") if WRONG_KEY in p.read_text()
+                  or right in p.read_text()]
+        check_clean_exits(pods, logs, f)
+    finally:
+        _set_key(rel, secret, right)
+        rel.sim("config", {"keys": None})
+    expect(not leaked, f"a key in the worker logs: {leaked}")
+    expect(not f["restarted"], f"pods restarted by the key change: {f['restarted']}")
+    expect(f["cleared"] >= 1, "no pod that saw the wrong key resumed (fatal_api_error_cleared)")
+    expect(f["solving_again_s"] <= KEY_PICKUP_S, f"solving again {f['solving_again_s']}s after the right key was "
+                                                  f"written: the docs promise {KEY_PICKUP_S}s")
+    expect(f["solved"] == n, f"{n - f['solved']} of {n} tasks not solved across the key rotation")
+    say(f"{rel.helm}: key: {f['pods_at_rotation']} running pods; wrong key in the Secret -> reloaded by every pod "
+        f"after {f['wrong_key_reloaded_s']}s, all stopped after {f['wrong_key_rejected_s']}s; right key -> reloaded "
+        f"after {f['right_key_reloaded_s']}s, solving again after {f['solving_again_s']}s; no restart, {n}/{n} solved")
+    return f
+
+
+#: docs/operations.md: a key written to the Secret reaches the running pods within 60 s (the kubelet's volume sync,
+#: up to its syncFrequency -- 1 min by default, 10 s here -- plus KEY_RELOAD_SECONDS)
+KEY_PICKUP_S = 60.0
+
+
+def _set_key(rel: Release, secret: str, key: str) -> None:
+    data = {"data": {"api-key": base64.b64encode(key.encode()).decode()}}
+    kubectl("-n", rel.ns, "patch", "secret", secret, "--type", "merge", "-p", json.dumps(data))
+
+
+def restarts(pod: dict[str, Any]) -> int:
+    return sum(int(c.get("restartCount", 0)) for c in pod["status"].get("containerStatuses", []))
+
+
+def pod_alive(rel: Release, name: str) -> bool:
+    proc = kubectl("-n", rel.ns, "get", "pod", name, "-o", "jsonpath={.metadata.deletionTimestamp}", check=False)
+    return proc.returncode == 0 and not proc.stdout.strip()
+
+
+def yaml_value(path: Path, *keys: str) -> Any:
+    node: Any = yaml.safe_load(path.read_text())
+    for k in keys:
+        node = node[k]
+    return node
+
+
+# ---------------------------------------------------------------------------------------------------- upgrades
+def replicas_owners(obj: dict[str, Any]) -> list[str]:
+    """The field managers of the Deployment's .spec.replicas (manager/operation[/subresource])."""
+    return [f"{m.get('manager')}/{m.get('operation')}" + (f"/{m['subresource']}" if m.get("subresource") else "")
+            for m in obj.get("metadata", {}).get("managedFields", [])
+            if "f:replicas" in m.get("fieldsV1", {}).get("f:spec", {})]
+
+
+def scenario_upgrades(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
+    """E2E_PODS_UPGRADES (20) `helm upgrade`s, one after the other, while a load in waves makes the HPA scale the
+    workers between 1 and N = 5 (a burst of 30 tasks, then one task at a time): every upgrade succeeds at its first
+    run (no conflict, no retry), Helm never owns .spec.replicas (every change of the count is the HPA's or KEDA's
+    through /scale: the count is never set below what the HPA asked for), every task solved. The upgrades change the
+    ScaledObject's cooldownPeriod (10 <-> 11), not the pod template: each one re-applies the Deployment."""
+    count = int(os.environ.get("E2E_PODS_UPGRADES", "20"))
+    n = rel.max_replica_count()
+    stop, submitted, errors = threading.Event(), list[str](), list[BaseException]()
+
+    def load() -> None:
+        try:
+            while not stop.is_set():
+                submitted.extend(rel.submit(30))
+                end = time.monotonic() + 45
+                while time.monotonic() < end and not stop.is_set():
+                    if rel.queue_lengths()["pending"] == 0:
+                        submitted.extend(rel.submit(1))
+                    stop.wait(3)
+        except BaseException as exc:  # re-raised below
+            errors.append(exc)
+
+    t0 = time.monotonic()
+    deploy = Watch(rel.ns, "deploy", "app.kubernetes.io/component=worker", extra=("--show-managed-fields",), t0=t0)
+    hpa = Watch(rel.ns, "hpa", "", extra=("--field-selector", f"metadata.name=keda-hpa-{rel.worker}"), t0=t0)
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    durations: list[float] = []
+    failures: list[str] = []
+    try:
+        wait_until(120, f"the HPA at {n}", lambda: rel.spec_replicas() == n, interval=1)
+        start = time.monotonic() - t0
+        for i in range(count):
+            t = time.monotonic()
+            try:
+                rel.upgrade(f"keda.scaledObject.cooldownPeriod={11 if i % 2 == 0 else 10}")
+            except Failure as exc:
+                failures.append(f"upgrade {i + 1}: {exc}")
+                break
+            durations.append(round(time.monotonic() - t, 1))
+        end = time.monotonic() - t0
+    finally:
+        stop.set()
+        loader.join(60)
+    try:
+        outcome = rel.outcomes(submitted, timeout=900)
+    finally:
+        deploy.stop()
+        hpa.stop()
+    if errors:
+        raise errors[0]
+    window = [(t, obj) for t, _, obj in deploy.events if start <= t <= end]
+    helm_owned = sorted({o for _, obj in window for o in replicas_owners(obj) if o.startswith("helm")})
+    counts = [int(obj.get("spec", {}).get("replicas", 1)) for _, obj in window]
+    desired = [int(obj.get("status", {}).get("desiredReplicas", 0)) for t, _, obj in hpa.events if start <= t <= end]
+    setters = sorted({o for _, obj in window for o in replicas_owners(obj)})
+    f.update(upgrades=len(durations), upgrade_failures=failures, conflicts=rel.figures.get("ssa_replicas_conflicts", 0),
+             retries=0, upgrade_s_median=sorted(durations)[len(durations) // 2] if durations else None,
+             upgrade_s_max=max(durations, default=None), window_s=round(end - start, 1),
+             replicas_min=min(counts, default=None), replicas_max=max(counts, default=None),
+             hpa_desired_min=min(desired, default=None), hpa_desired_max=max(desired, default=None),
+             replicas_changes=sum(1 for a, b in itertools.pairwise(counts) if a != b), replicas_owners=setters,
+             helm_owned_replicas=helm_owned, tasks=len(submitted), solved=len(outcome.get("solved", [])))
+    expect(not failures, f"{len(failures)} of {count} upgrades failed (none is retried): {failures}")
+    expect(not helm_owned, f"Helm owned .spec.replicas during the upgrades ({helm_owned}): it set the count")
+    expect(f["hpa_desired_min"] is not None and f["hpa_desired_min"] <= 1 and f["hpa_desired_max"] == n,
+           f"the HPA did not scale between 1 and {n} during the upgrades: desired {f['hpa_desired_min']}.."
+           f"{f['hpa_desired_max']}")
+    expect(f["solved"] == len(submitted), f"{len(submitted) - f['solved']} of {len(submitted)} tasks not solved")
+    say(f"{rel.helm}: upgrades: {len(durations)}/{count} upgrades in {f['window_s']}s (median "
+        f"{f['upgrade_s_median']}s), 0 conflicts, 0 retries, while the HPA asked {f['hpa_desired_min']}.."
+        f"{f['hpa_desired_max']} and the count went {f['replicas_min']}..{f['replicas_max']} "
+        f"({f['replicas_changes']} changes, set by {setters}); {f['solved']}/{len(submitted)} solved")
+    return f
+
+
+# ---------------------------------------------------------------------------------------------------- checklist
+OPERATIONS = ROOT / "docs" / "operations.md"
+#: what the e2e cluster needs beyond the checklist's values, and nothing else: CaptchaAI is the simulator (the key is
+#: not a real one), and the Redis image is the local one (Docker Hub cannot be reached here)
+CHECKLIST_E2E_VALUES = {"simulator": {"enabled": True, "threads": 15},
+                        "redis": {"image": {"repository": "localhost/captcha-e2e/redis", "tag": "bookworm",
+                                            "digest": "", "pullPolicy": "Never"}}}
+
+
+def checklist_steps() -> list[tuple[str, list[str]]]:
+    """docs/operations.md's install checklist: (step title, its shell block's lines) in the documented order."""
+    text = OPERATIONS.read_text()
+    block = text.split("<!-- install-checklist:begin", 1)[1].split("<!-- install-checklist:end -->", 1)[0]
+    steps = []
+    for m in re.finditer(r"(?ms)^(\d+)\. \*\*(.+?)\*\*.*?```sh\n(.*?)```", block):
+        steps.append((f"{m[1]}. {m[2]}", textwrap.dedent(m[3]).splitlines()))
+    return steps
+
+
+def scenario_checklist(main: Release, f: dict[str, Any]) -> dict[str, Any]:
+    """The install checklist of docs/operations.md (the same in README.md and the chart README), in its order, as a
+    fresh reader runs it -- with the release in the registry as its step 2 allows ("install a release made with
+    `make release` from its registry", then "Install from the registry": the oci:// reference verified, no `helm
+    dependency build`, no image.registry in the values). Each command is run as written except these, which say
+    why: KEDA's chart repository cannot be reached (the step's own skip test finds KEDA installed), the image is not
+    built by docker (the release's is used), the dependency build is not needed for the archive, `<your
+    32-character key>` is the e2e key; one values file more gives the e2e cluster its simulator and local Redis
+    image (CHECKLIST_E2E_VALUES). A command the checklist gains that this does not know fails the scenario."""
+    src, work = main.src, main.results / f"{main.helm}-checklist"
+    work.mkdir(parents=True, exist_ok=True)
+    key = str(yaml_value(VALUES, "captchaai", "apiKey"))
+    (work / "e2e-values.yaml").write_text(yaml.safe_dump(CHECKLIST_E2E_VALUES))
+    rel = Release(helm=main.helm, ns="captcha", name="captcha", results=main.results)
+    ran: list[str] = []
+    steps = checklist_steps()
+    expect([t.split(". ", 1)[0] for t, _ in steps] == [str(i) for i in range(1, len(steps) + 1)] and len(steps) >= 7,
+           f"the checklist's steps: {[t for t, _ in steps]}")
+    heredoc: list[str] | None = None
+    target = ""
+    for title, lines in steps:
+        for raw in lines:
+            line = raw.strip()
+            if heredoc is not None:  # cat > FILE <<'VALUES' ... VALUES: written as given, the image block aside
+                if line == "VALUES":
+                    values = yaml.safe_load("\n".join(heredoc))
+                    values.pop("image", None)  # "no image.registry in your values: the chart has it"
+                    (work / target).write_text(yaml.safe_dump(values))
+                    ran.append(f"{title}: wrote {target} (without its image block: the released chart pins it)")
+                    heredoc = None
+                else:
+                    heredoc.append(raw)
+                continue
+            if not line or line.startswith("#"):
+                continue
+            cmd = line.split()
+            if cmd[:3] == ["helm", "repo", "add"] or cmd[:3] == ["helm", "install", "keda"]:
+                found = kubectl("get", "crd", "scaledobjects.keda.sh", check=False).returncode == 0
+                expect(found, "KEDA is not installed, and its chart repository cannot be reached here")
+                ran.append(f"{title}: skipped `{line}` (kubectl get crd scaledobjects.keda.sh finds it)")
+            elif cmd[0] == "docker":
+                ran.append(f"{title}: skipped `{line}` (the release's image: {src.image})")
+            elif cmd[:3] == ["helm", "dependency", "build"]:
+                ran.append(f"{title}: skipped `{line}` (the released archive carries KEDA's chart)")
+            elif cmd[0] == "cat" and cmd[1] == ">" and cmd[3] == "<<'VALUES'":
+                target, heredoc = cmd[2], []
+            elif cmd[0] == "kubectl":
+                run(*line.replace("<your 32-character key>", key).split(), timeout=120)
+                ran.append(f"{title}: {line}")
+                if cmd[1:3] == ["create", "namespace"]:
+                    rel._persistent_volume()  # the e2e cluster has no volume provisioner: a PV for Redis's claim
+            elif cmd[:2] == ["helm", "install"]:
+                expect(cmd[3] == "charts/captcha-solver", f"the checklist installs {cmd[3]}")
+                t = time.monotonic()  # as written: no --wait (helm test comes next)
+                run(main.helm, *cmd[1:3], src.ref, *src.args, *[str(work / a) if a == target else a for a in cmd[4:]],
+                    "-f", str(work / "e2e-values.yaml"), *src.set_args(), timeout=400)
+                f["install_s"] = round(time.monotonic() - t, 1)
+                ran.append(f"{title}: {' '.join(cmd[:3])} {src.label} {' '.join(cmd[4:])} (+ e2e-values.yaml)")
+            elif cmd[:2] == ["helm", "test"]:
+                out = run(main.helm, *cmd[1:], timeout=400).stdout
+                (work / "helm-test.out").write_text(out)
+                expect("Succeeded" in out, f"helm test after the checklist's install:\n{out[-2000:]}")
+                ran.append(f"{title}: {line} -> Succeeded")
+            else:
+                raise Failure(f"the checklist's step {title} has a command this scenario does not know: {line}")
+    f["steps"] = ran
+    expect(any("helm test" in r for r in ran) and any("helm install" in r for r in ran),
+           f"the checklist ran no install or no helm test: {ran}")
+    ids = rel.submit(5)  # and a first task, as NOTES.txt shows (with scale-to-zero no worker pod exists until then)
+    f["first_tasks_solved"] = len(rel.outcomes(ids, timeout=300).get("solved", []))
+    expect(f["first_tasks_solved"] == 5, f"{f['first_tasks_solved']} of 5 first tasks solved after the checklist")
+    say(f"{main.helm}: checklist: {len(steps)} steps in order ({len(ran)} commands: "
+        f"{sum(1 for r in ran if 'skipped' not in r)} run, {sum(1 for r in ran if 'skipped' in r)} skipped as the "
+        f"docs allow); helm test Succeeded; 5/5 first tasks solved")
+    rel.uninstall()
+    return f
+
+
 SCENARIOS: dict[str, Callable[[Release, dict[str, Any]], dict[str, Any]]] = {
-    "1": scenario_1, "switch": scenario_switch, "3": scenario_3, "4": scenario_4, "2": scenario_2}
+    "1": scenario_1, "switch": scenario_switch, "3": scenario_3, "4": scenario_4, "2": scenario_2,
+    "previous": scenario_previous, "key": scenario_key, "upgrades": scenario_upgrades, "checklist": scenario_checklist}
 
 
 def main(argv: list[str]) -> int:
@@ -705,19 +1243,39 @@ def main(argv: list[str]) -> int:
     p.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS))
     p.add_argument("--scenarios-for", action="append", default=[], metavar="HELM=LIST",
                    help="another scenario list for one Helm (e.g. helm3=1,switch,3,4: CI runs scenario 2 once)")
-    p.add_argument("--image-tag", required=True, help="tag of localhost/captcha-solver built by images.sh")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--release", type=Path,
+                        help="release.json of `make release` (the chart in the registry, the image's digest)")
+    source.add_argument("--image-tag", help="tag of localhost/captcha-solver built by images.sh (the chart: "
+                                            "E2E_PODS_CHART)")
+    p.add_argument("--previous", type=Path, help="previous.json of previous-release.sh (scenario previous)")
     p.add_argument("--results", type=Path, required=True)
     ns = p.parse_args(argv)
     ns.results.mkdir(parents=True, exist_ok=True)
+    info = json.loads(ns.release.read_text()) if ns.release else {}
+    chart_copy = os.environ.get("E2E_PODS_CHART", "")
+    if ns.image_tag:
+        expect(bool(chart_copy), "--image-tag needs E2E_PODS_CHART (the chart archive pods.sh packages)")
+        CHARTS["this"] = ChartSource.local(chart_copy, ns.image_tag)
+    else:
+        CHARTS["this"] = (ChartSource.chart_copy(chart_copy, info) if chart_copy else
+                          ChartSource.release(info, ns.release.parent / "keys" / "pubring.gpg"))
+    if ns.previous:
+        CHARTS["previous"] = ChartSource.previous(json.loads(ns.previous.read_text()))
     per_helm = dict(item.split("=", 1) for item in ns.scenarios_for)
-    figures: dict[str, Any] = {}
+    figures: dict[str, Any] = {"chart": {"ref": CHARTS["this"].label, "image": CHARTS["this"].image,
+                                         **{k: info[k] for k in ("chart_version", "image_digest") if k in info}}}
     failed: list[str] = []
     for helm in ns.helms.split(","):
-        rel = Release(helm=helm, ns=f"e2e-pods-{helm}", image_tag=ns.image_tag, results=ns.results)
+        rel = Release(helm=helm, ns=f"e2e-pods-{helm}", results=ns.results)
         figures[helm] = rel.figures
         try:
-            rel.install()
+            rel.install(fresh_pull=True)
             for name in per_helm.get(helm, ns.scenarios).split(","):
+                if helm not in ONLY_UNDER.get(name, (helm,)):
+                    say(f"{helm}: scenario {name} runs under {', '.join(ONLY_UNDER[name])} only: skipped")
+                    rel.figures[name] = {"skipped": f"runs under {', '.join(ONLY_UNDER[name])} only"}
+                    continue
                 t = time.monotonic()
                 say(f"{helm}: == scenario {name}")
                 rel.figures[name] = {}  # filled as it goes: a failing scenario keeps what it measured
