@@ -316,12 +316,13 @@ class Release:
             + (f"; the kubelet pulled {src.image} in {self.figures['image_pull'].get('pull_s')}s"
                if self.figures.get("image_pull", {}).get("pulled") else ""))
 
-    def _persistent_volume(self) -> None:
+    def _persistent_volume(self, capacity: str = "64Mi") -> None:
+        """A hostPath PV bound to Redis's claim (no volume provisioner here); capacity >= the claim's size."""
         path = Path(os.environ["E2E_PV_DIR"]) / self.ns
         path.mkdir(parents=True, exist_ok=True)
         path.chmod(0o1777)  # hostPath volumes get no fsGroup: Redis runs as uid 10001
         pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{self.ns}-redis"},
-              "spec": {"capacity": {"storage": "64Mi"}, "accessModes": ["ReadWriteOnce"],
+              "spec": {"capacity": {"storage": capacity}, "accessModes": ["ReadWriteOnce"],
                        "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(path), "type": "Directory"},
                        "claimRef": {"namespace": self.ns, "name": f"data-{self.fullname}-redis-0"}}}
         run("kubectl", "apply", "-f", "-", stdin=json.dumps(pv))
@@ -1204,7 +1205,8 @@ def scenario_checklist(main: Release, f: dict[str, Any]) -> dict[str, Any]:
                 run(*line.replace("<your 32-character key>", key).split(), timeout=120)
                 ran.append(f"{title}: {line}")
                 if cmd[1:3] == ["create", "namespace"]:
-                    rel._persistent_volume()  # the e2e cluster has no volume provisioner: a PV for Redis's claim
+                    # no volume provisioner here: a PV for Redis's claim, the chart's default size (1Gi, nominal)
+                    rel._persistent_volume(capacity="1Gi")
             elif cmd[:2] == ["helm", "install"]:
                 expect(cmd[3] == "charts/captcha-solver", f"the checklist installs {cmd[3]}")
                 t = time.monotonic()  # as written: no --wait (helm test comes next)
