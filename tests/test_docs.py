@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
-from captcha_worker import cli, queue
+from captcha_worker import cli, queue  # noqa: F401 - queue registers the queue's scripts
 from captcha_worker.config import WorkerConfig
 from captcha_worker.queue import Keys
+from captcha_worker.store import keys as store_keys
+from captcha_worker.store import scripts as queue_scripts
 from tests.helpers import ROOT
 
 DOCS = [ROOT / "README.md", ROOT / "docs" / "producer.md", ROOT / "docs" / "operations.md"]
@@ -94,11 +96,11 @@ TASK_HASH_FIELDS = ("body", "failures", "deaths", "owner", "captcha_id", "captch
 
 
 def test_both_key_tables_list_every_key_and_the_task_hash_fields() -> None:
-    """docs/contracts.md's key table (called authoritative) and queue.py's header both list every key `Keys`
+    """docs/contracts.md's key table (called authoritative) and store/keys.py's header both list every key `Keys`
     makes, and the task hash's fields the scripts write."""
-    header = queue.__doc__ or ""
+    header = store_keys.__doc__ or ""
     contracts = _section("docs/contracts.md", "## Redis keys", "## Metrics")
-    for where, text, row in (("queue.py", header, r"^``(\{q\}:[^`]+)``"), ("docs/contracts.md", contracts,
+    for where, text, row in (("store/keys.py", header, r"^``(\{q\}:[^`]+)``"), ("docs/contracts.md", contracts,
                                                                             r"^\| `(\{q\}:[^`]+)` \|")):
         listed = set(re.findall(row, text, re.M))
         assert listed == set(_key_shapes().values()), f"{where}: {sorted(listed ^ set(_key_shapes().values()))}"
@@ -106,7 +108,7 @@ def test_both_key_tables_list_every_key_and_the_task_hash_fields() -> None:
         task_row = text[at:text.index("{q}:result:<id>", at)]
         for field in TASK_HASH_FIELDS:
             assert f"`{field}`" in task_row, f"{where}: the task hash row lacks `{field}`"
-    lua = "\n".join(v for v in vars(queue).values() if isinstance(v, str))
+    lua = "\n".join(queue_scripts.REGISTRY.values())
     for field in TASK_HASH_FIELDS:
         assert f"'{field}'" in lua or f'"{field}"' in lua, f"no script writes the task hash field {field}"
 

@@ -27,14 +27,12 @@ side.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from captcha_worker.connection import Client
+from captcha_worker.store.records import UNLIMITED, BudgetState
 from captcha_worker.store.scripts import Constant, SlotScript, lua
 
-#: no limit of the caller's own (``stats`` from a CLI); a limit registered by a live worker still applies
-UNLIMITED = -1
 UNIT_PREFIX = "t:"
 STRAY_MARK = "~"
 
@@ -59,16 +57,6 @@ def stray_unit(task_id: str, captcha_id: str) -> str:
 def limit_member(worker_id: str, limit: int) -> str:
     """A worker's (or a hold's) entry in ``{q}:limits``: the one format ``_HOLD`` writes too."""
     return f"{limit}:{worker_id}"
-
-
-@dataclass(frozen=True)
-class BudgetState:
-    limit: int | None  # the effective limit; None when no live worker registered one (and the caller has none)
-    in_use: int
-
-    @classmethod
-    def of(cls, limit: int, in_use: int) -> BudgetState:
-        return cls(None if limit == UNLIMITED else limit, in_use)
 
 
 class Budget:

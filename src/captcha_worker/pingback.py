@@ -58,7 +58,7 @@ from captcha_worker import metrics
 from captcha_worker.connection import Client, refusal
 from captcha_worker.log import event
 from captcha_worker.methods import Answer
-from captcha_worker.queue import Keys
+from captcha_worker.store.keys import Keys
 from captcha_worker.store.scripts import SlotScript, lua
 
 log = logging.getLogger("captcha_worker.pingback")

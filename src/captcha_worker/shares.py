@@ -31,6 +31,9 @@ configured tenant).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from captcha_worker.store.records import ClaimStop
 from captcha_worker.store.scripts import Constant
 
 #: gateway task ids are ``gw:<tenant>:<public id>`` (gateway.ids): the tenant is read from the id
@@ -39,8 +42,9 @@ GATEWAY_ID_PREFIX = "gw"
 SORT_MAX = 2000
 #: tasks behind an untenanted head that reservations hold back, looked at for known tenants' tasks (per claim)
 LOOKAHEAD = 100
-#: a claim's stop reasons (CLAIM and LEASE reply): none, no budget unit free, every waiting task's tenant capped
-STOP_NONE, STOP_FULL, STOP_CAPPED = 0, 1, 2
+#: a claim's stop reasons (CLAIM and LEASE reply, ``store.records.ClaimStop``): none, no budget unit free, every
+#: waiting task's tenant capped
+STOP_NONE, STOP_FULL, STOP_CAPPED = ClaimStop.NONE, ClaimStop.FULL, ClaimStop.CAPPED
 
 #: the constants of the shares' Lua (store/lua/lib/shares.lua, shares.lua)
 LUA_CONSTANTS: dict[str, Constant] = {
@@ -51,3 +55,21 @@ LUA_CONSTANTS: dict[str, Constant] = {
 def share_value(threads: int, reserved: int) -> str:
     """A tenant's entry in ``{q}:tenants``."""
     return f"{threads} {reserved}"
+
+
+@dataclass(frozen=True)
+class TenantShare:
+    """A row of the share table: a tenant's cap and reservation (``shares``)."""
+
+    name: str
+    threads: int
+    reserved: int = 0
+
+    def value(self) -> str:
+        return share_value(self.threads, self.reserved)
+
+
+@dataclass(frozen=True)
+class TenantLoad:
+    in_flight: int  # its budget units: solves that may be running at CaptchaAI
+    waiting: int  # its tasks in its waiting list (not the ones still in pending)

@@ -58,7 +58,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, cast
 
 from captcha_worker.connection import Client
-from captcha_worker.queue import Keys
+from captcha_worker.store.keys import Keys
 from captcha_worker.store.scripts import Constant, SlotScript, lua
 
 MICRO = 1_000_000

@@ -45,7 +45,6 @@ from redis import exceptions as rexc
 
 from captcha_worker import log as logs
 from captcha_worker import methods, metrics
-from captcha_worker.budget import BudgetState
 from captcha_worker.captchaai import CaptchaAI, FatalApiError, RetryPolicy, TaskFailed, TransientError
 from captcha_worker.codes import Code
 from captcha_worker.config import ProviderConfig, Secret, WorkerConfig
@@ -57,6 +56,7 @@ from captcha_worker.overflow import Overflow, ProviderPool
 from captcha_worker.pingback import Hub
 from captcha_worker.queue import (
     AuditCheck,
+    BudgetState,
     Claimed,
     ClaimFlag,
     ClaimReply,

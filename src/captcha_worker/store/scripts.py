@@ -19,7 +19,8 @@ redis-server (``tests/test_store.py``) read every script from there, as Redis re
 
 :class:`SlotScript` runs one by EVALSHA and, on NOSCRIPT, loads it where the call goes (:func:`load_script`: on a
 Cluster the node of the call's first key) and sends it again: the one place the script cache is handled (the
-queue's pipelined batches reload through :meth:`SlotScript.load` too).
+queue's pipelined batches reload through :meth:`SlotScript.load` too). :class:`Runner` sends a queue's calls:
+pipelined batches, and durable writes confirmed by WAIT on the connection that ran them.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from importlib import resources
 from typing import Any, cast
 
 from redis import exceptions as rexc
+from redis.asyncio import RedisCluster
 from redis.client import NEVER_DECODE
 
-from captcha_worker.connection import Client, on_queue_slot
+from captcha_worker.connection import Client, NotReplicated, note_redirect, on_queue_slot, on_slot_connection
 
 Constant = int | str | enum.Enum
 #: every assembled script by name (the file's stem): what the lint and the parse test check
@@ -158,3 +160,75 @@ class SlotScript:
                     raise
             await self.load(keys[0])
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+Call = tuple[SlotScript, list[str], list[Any]]
+
+
+class Runner:
+    """The script calls of one slot (a queue: every key under its hash tag; `route` is one of them): pipelined
+    batches, durable writes confirmed by a WAIT on their own connection, NOSCRIPT reloads where the calls go."""
+
+    def __init__(self, redis: Client, route: str, *, wait_replicas: int = 0, wait_timeout_ms: int = 500) -> None:
+        """`wait_replicas` > 0: durable batches wait for that many replicas, or raise NotReplicated after
+        `wait_timeout_ms`."""
+        self.redis, self.route = redis, route
+        self.wait_replicas, self.wait_timeout_ms = wait_replicas, wait_timeout_ms
+
+    async def run_many(self, calls: Sequence[Call], *, durable: bool = False) -> list[Any]:
+        """Script calls in one pipelined round trip. EVALSHA directly: redis-py would otherwise send a SCRIPT
+        EXISTS round trip before every pipeline. On NOSCRIPT (Redis restarted or flushed its scripts, or a
+        promoted replica that never had them) the scripts are loaded where the calls go and the batch sent again:
+        then no call of the batch has run, as the first one failed. `durable` (with wait_replicas): WAIT after the
+        calls, on their connection; NotReplicated when short. A single call that need not wait goes without a
+        pipeline (a gateway's in.php pushes one task per request).
+
+        A durable batch is confirmed only by a WAIT on the connection that ran it: on a Cluster it goes on one
+        connection to the slot's master (``connection.on_slot_connection``), never through the cluster pipeline,
+        which re-sends a WAIT alone, elsewhere, after a connection error. A batch whose connection fails is
+        unconfirmed (the error is raised) and its caller runs it again: every durable write is idempotent (a known
+        id is not pushed twice, a result is written once, an ACK of an item gone is a no-op)."""
+        wait = self.wait_replicas if durable else 0
+        if len(calls) == 1 and not wait:
+            script, keys, args = calls[0]
+            return [await script(keys=keys, args=args)]  # SlotScript: loaded where it runs on NOSCRIPT
+        commands: list[tuple[Any, ...]] = [("EVALSHA", script.sha, len(keys), *keys, *args)
+                                           for script, keys, args in calls]
+        if wait:
+            commands.append(("WAIT", wait, self.wait_timeout_ms))
+        for attempt in (1, 2):
+            replies = await self.send(commands, pinned=bool(wait))
+            failed = next((r for r in replies if isinstance(r, Exception)), None)
+            if isinstance(failed, rexc.NoScriptError) and attempt == 1:
+                for script in {id(c[0]): c[0] for c in calls}.values():  # loaded where the calls go, then again
+                    await script.load(self.route)
+                continue
+            if isinstance(failed, rexc.MovedError):
+                note_redirect(self.redis, failed)
+            if failed is not None:
+                raise failed
+            confirmed = int(replies.pop()) if wait else 0
+            if confirmed < wait:
+                raise NotReplicated(confirmed, wait, self.wait_timeout_ms)
+            return replies
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def send(self, commands: Sequence[tuple[Any, ...]], *, pinned: bool) -> list[Any]:
+        """Commands in one round trip, each reply or its error reply in its place. `pinned` (a WAIT at the end): on
+        a Cluster, on one connection to the queue slot's master, without redis-py's piecemeal retry (see
+        ``run_many``); elsewhere a pipeline is one connection, and redis-py's retry of it sends the whole batch
+        again on a new one. Unpinned on a Cluster: the cluster pipeline (its retries resend script calls only)."""
+        if pinned and isinstance(self.redis, RedisCluster):
+            return await on_slot_connection(self.redis, self.route, commands)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=False))
+
+    async def eval_raw(self, script: SlotScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """One script call whose reply is left as bytes (it carries queue items, which may be any bytes)."""
+        return await script(keys, args, raw=True)
+
+    async def raw(self, *args: Any) -> Any:
+        """A command whose reply is left as bytes: it carries queue items, which may be any bytes."""
+        return await self.redis.execute_command(*args, **{NEVER_DECODE: True})

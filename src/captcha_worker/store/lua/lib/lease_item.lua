@@ -5,9 +5,8 @@
 -- (claim_ctx) holds the keys and arguments, `c.b` the opened budget. Needs `now`.
 --! include budget
 --! include is_id
---! const TOO_LARGE
+--! const TOO_LARGE FLAG_NONE FLAG_DONE FLAG_ITEM_TOO_LARGE FLAG_BODY_TOO_LARGE
 -- luacheck: push ignore 211
-local FLAG_NONE, FLAG_DONE, FLAG_ITEM_TOO_LARGE, FLAG_BODY_TOO_LARGE = 0, 1, 2, 3
 local function bury_too_large(c, item)
   redis.call('LREM', c.processing, -1, item)
   redis.call('ZREM', c.leases, item)
