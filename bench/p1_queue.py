@@ -40,7 +40,8 @@ import psutil
 
 from bench import venvs
 from bench.common import ROOT, RedisServer, log, python_env, summary, worker_env
-from captcha_worker import queue
+from captcha_worker import queue  # noqa: F401 - imported: its scripts are registered
+from captcha_worker.store import scripts
 
 # commands of the harness itself, or one-off connection / script setup (SCRIPT EXISTS is not here: redis-py's
 # pipelines send it before every execute that holds a Script, so it is a per-batch cost of the worker)
@@ -128,12 +129,13 @@ EXTRA_PRODUCERS = (
 
 
 def script_internal_commands() -> set[str]:
-    """Commands our Lua scripts call (read from captcha_worker.queue, so it follows the code)."""
-
+    """Commands our Lua scripts call (read from the scripts as assembled, ``store.scripts.REGISTRY``, so it follows
+    the code)."""
     names: set[str] = set()
-    for value in vars(queue).values():
-        if isinstance(value, str) and "redis.call" in value:
-            names.update(m.lower() for m in re.findall(r"redis\.call\('([A-Za-z]+)'", value))
+    for text in scripts.REGISTRY.values():
+        names.update(m.lower() for m in re.findall(r"redis\.call\('([A-Za-z]+)'", text))
+    names.update(m.lower() for text in scripts.REGISTRY.values()
+                 for m in re.findall(r"batched\('([A-Za-z]+)'", text))
     return names
 
 

@@ -33,7 +33,7 @@ async def test_every_script_parses_on_a_real_redis_server(redis: Redis) -> None:
 
 def test_a_library_is_included_once_and_only_the_constants_read_are_declared() -> None:
     claim, includes = assemble("claim", captcha_worker.queue.LUA_CONSTANTS)
-    assert includes == ("now", "lease_item", "budget", "budget_settle", "is_id", "shares")
+    assert includes == ("now", "lease_item", "budget", "budget_settle", "batched", "is_id", "shares")
     assert claim.count("local function budget_open(") == 1 and claim.count("local function is_id(") == 1
     assert claim.count("-- lib/budget.lua") == 1
     prelude = claim.split("\n-- CLAIM", 1)[0].splitlines()

@@ -43,4 +43,5 @@ for _ = 1, wanted do
   shares_took(s, tenant, c.b.in_use > before)
   for _, v in ipairs(fields) do out[#out + 1] = v end
 end
+leases_write(c)
 return {c.b.limit, c.b.in_use, stop, redis.call('LLEN', pending) + shares_waiting_total(s), out}

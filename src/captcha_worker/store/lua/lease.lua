@@ -31,4 +31,5 @@ if not fields then
   redis.call('LPUSH', pending, item)
   return reply(c.b.in_use >= c.b.limit and c.b.limit ~= UNLIMITED and STOP_FULL or STOP_CAPPED, {})
 end
+leases_write(c)
 return reply(STOP_NONE, fields)

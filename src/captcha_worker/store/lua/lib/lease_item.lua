@@ -17,32 +17,36 @@ local function bury_too_large(c, item)
   redis.call('LTRIM', c.dead, 0, c.dead_cap - 1)
   return {sha1, false, #item, 0, FLAG_ITEM_TOO_LARGE, false, false, false}
 end
+-- the leases are collected (c.leased, score-member pairs) and written by leases_write at the end of the script
 local function leased(c, item, flag)
-  redis.call('ZADD', c.leases, now + c.lease_s, item)
+  c.leased[#c.leased + 1] = now + c.lease_s
+  c.leased[#c.leased + 1] = item
   if c.any_orphans then redis.call('ZREM', c.orphans, item) end
   return {item, false, 0, 0, flag, false, false, false}
+end
+local function leases_write(c)
+  batched('ZADD', c.leases, c.leased)
 end
 local function lease(c, item)
   if #item > c.max_bytes then return bury_too_large(c, item) end
   if not is_id(item) then return leased(c, item, FLAG_NONE) end
   local task = c.task_prefix .. item
-  if redis.call('EXISTS', c.result_prefix .. item) == 1 or redis.call('HEXISTS', task, 'state') == 1 then
-    return leased(c, item, FLAG_DONE)
-  end
-  local size = redis.call('HSTRLEN', task, 'body')
-  if size == 0 then return leased(c, item, FLAG_NONE) end
-  if size > c.max_bytes then return leased(c, item, FLAG_BODY_TOO_LARGE) end
+  -- one read of the task hash: finished?, its counts, a solve left running, the body
+  local f = redis.call('HMGET', task, 'state', 'failures', 'deaths', 'captcha_id', 'captcha_until', 'body')
+  if f[1] or redis.call('EXISTS', c.result_prefix .. item) == 1 then return leased(c, item, FLAG_DONE) end
+  local body = f[6]
+  if not body or #body == 0 then return leased(c, item, FLAG_NONE) end
+  if #body > c.max_bytes then return leased(c, item, FLAG_BODY_TOO_LARGE) end
   local unit = UNIT_PREFIX .. item
   if budget_take(c.b, unit, c.lease_s) == BUDGET_FULL then return nil end
   leased(c, item, FLAG_NONE)
   redis.call('HSET', task, 'owner', c.worker)
-  local f = redis.call('HMGET', task, 'failures', 'deaths', 'captcha_id', 'captcha_until', 'body')
   local left = false
-  if f[3] and f[4] then left = string.format('%.3f', tonumber(f[4]) - now) end
-  return {item, f[5], tonumber(f[1] or 0), tonumber(f[2] or 0), FLAG_NONE, unit, f[3], left}
+  if f[4] and f[5] then left = string.format('%.3f', tonumber(f[5]) - now) end
+  return {item, body, tonumber(f[2] or 0), tonumber(f[3] or 0), FLAG_NONE, unit, f[4], left}
 end
 local function claim_ctx(k, a)
-  return {processing = k.processing, leases = k.leases, orphans = k.orphans, dead = k.dead,
+  return {processing = k.processing, leases = k.leases, orphans = k.orphans, dead = k.dead, leased = {},
           any_orphans = redis.call('EXISTS', k.orphans) == 1,  -- almost never: no ZREM per item then
           lease_s = tonumber(a.lease_s), task_prefix = a.task_prefix, result_prefix = a.result_prefix,
           max_bytes = tonumber(a.max_bytes), dead_cap = tonumber(a.dead_cap), worker = a.worker,
