@@ -4,10 +4,16 @@ simulator`, `captcha-worker run` workers) and records one row of docs/reliabilit
 A row is printed (run with ``-s`` to see it) and, when ``CHAOS_REPORT`` names a file, appended to it as a JSON
 line: ``CHAOS_REPORT=/tmp/rows.jsonl .venv/bin/pytest tests/chaos -s``. Figures are recorded, never asserted as
 timings; what is asserted is the outcome of every item (solved once, or dead-lettered with a reason, nothing lost).
+
+Every scenario ends with an audit of 0 violations (docs/guarantees.md, issue 23): the ``audited`` fixture runs
+``AUDIT`` on every queue of a scenario's own redis-server (``rs``) once the test is over (restarting the server
+if the scenario left it down: a scenario ends with a live Redis), and the scenarios on other topologies call
+``assert_audit_clean`` themselves. A violation is a bug report, not noise.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
@@ -19,7 +25,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from captcha_worker.queue import Keys
+from captcha_worker.queue import Keys, RedisQueue, Violation, confirmed, item_ref
 from captcha_worker.task import Result
 from tests import helpers
 from tests.helpers import free_port
@@ -78,6 +84,57 @@ def rs(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+#: how far apart the two snapshots of an end-of-scenario audit are (as `captcha-worker audit --confirm-seconds`)
+AUDIT_CONFIRM_S = 1.0
+
+
+async def audit_violations(q: RedisQueue) -> list[Violation]:
+    """What two audits AUDIT_CONFIRM_S apart both show (a step in progress shows in one snapshot only)."""
+    first = await q.audit()
+    if not first:
+        return []
+    await asyncio.sleep(AUDIT_CONFIRM_S)
+    return confirmed(first, await q.audit())
+
+
+async def assert_audit_clean(q: RedisQueue) -> None:
+    found = await audit_violations(q)
+    assert not found, f"queue {q.keys.queue}: the audit found {len(found)} violations at the end of the " \
+                      f"scenario: {[(v.check.value, item_ref(v.member)) for v in found[:20]]}"
+
+
+async def _audit_every_queue(url: str) -> None:
+    client = Redis.from_url(url)
+    try:
+        tags = {k[1:k.index(b"}")].decode() async for k in client.scan_iter(match="{*}:*", count=1000)}
+        for tag in sorted(tags):
+            await assert_audit_clean(RedisQueue(client, tag))
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture(autouse=True)
+def audited(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a scenario on its own redis-server (``rs``): every queue in it audits clean. Taken before ``rs``, so
+    it runs while that server is still up (restarted here if the scenario left it down)."""
+    server: RedisServer | None = request.getfixturevalue("rs") if "rs" in request.fixturenames else None
+    yield
+    if server is None or getattr(request.node, "rep_call_failed", True):
+        return  # the scenario failed already: its own assertion is the report
+    if not server.alive():
+        server.start()
+    asyncio.run(_audit_every_queue(server.url))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Marks whether the test's own call failed (the ``audited`` fixture audits only scenarios that passed)."""
+    report = yield
+    if report.when == "call":
+        item.rep_call_failed = report.failed  # type: ignore[attr-defined]
+    return report
 
 
 @pytest.fixture

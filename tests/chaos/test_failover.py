@@ -35,7 +35,7 @@ from tests.helpers import TURNSTILE
 from tests.procs import RedisServer, WorkerProc, simulator, workers
 from tests.topology import ClusterTopology, SentinelTopology, cluster, sentinel
 
-from .conftest import SPEED, Row, crashes, worker_env
+from .conftest import SPEED, Row, assert_audit_clean, crashes, worker_env
 
 N = 500
 BATCH = 5  # the producer submits BATCH tasks every PACE seconds, through the failover
@@ -122,6 +122,8 @@ async def _failover_run(scenario: str, redis_env: dict[str, str], tmp_path: Path
     assert all(isinstance(o, Solved | UnknownTask) for o in outcomes), outcomes
     if durable:
         assert lost == 0, "with durability on, no acknowledged push is lost"
+    async with CaptchaQueue.from_env(redis_env) as q:
+        await assert_audit_clean(q.queue)
     return row
 
 
@@ -275,6 +277,9 @@ async def test_cluster_two_queues_on_two_masters(tmp_path: Path, full_coverage: 
                 outcomes = {n: await asyncio.gather(*(q.result(t, timeout=90) for t in ids[n])) for q, n in queues}
                 await asyncio.to_thread(topo.wait_failover, f"{{{names[0]}}}", old.port)
             other, hit = _refusals(wb), _refusals(wa)
+        for n in names:  # the workers stopped, the cluster still up
+            async with CaptchaQueue.from_env(topo.env(), queue=n) as q:
+                await assert_audit_clean(q.queue)
     for n in names:
         bad = [o for o in outcomes[n] if not isinstance(o, Solved)]
         assert not bad, f"queue {n}: {bad[:3]}"

@@ -72,12 +72,13 @@ def test_every_command_honours_username_password_and_tls_ca(tls_redis: tuple[int
             waited = run_cli("wait", "tls-1", "--timeout", "10", env=redis_env)
             stats = run_cli("stats", "--json", env=redis_env)
             dead = run_cli("dead-letters", "list", "--json", env=redis_env)
+            audit = run_cli("audit", "--json", env=redis_env)  # exit 0: no violations (the scenario ends clean)
             check = run_cli("check", "--json", env=env)
             no_ca = run_cli("stats", env={**redis_env, "REDIS_TLS_CA_FILE": ""})
             wrong_pw = run_cli("stats", env={**redis_env, "REDIS_PASSWORD": "nope"})
             alive = procs[0].alive()
         sim_stats = sim.stats()
-    results = [submitted, waited, stats, dead, check]
+    results = [submitted, waited, stats, dead, audit, check]
     Row("cli-redis-settings", 1, int(json.loads(waited.stdout)["status"] == "solved"), 0, 0, 0,
         sim_stats["max_in_flight"], 20, {"commands_ok": sum(r.returncode == 0 for r in results),
                                          "commands": len(results), "no_ca": no_ca.stderr.strip(),
