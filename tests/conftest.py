@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import inspect
-import json
-import signal
-import subprocess
-import sys
 import tempfile
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import aioresponses.core as core
@@ -19,8 +13,9 @@ import pytest
 from aiohttp import ClientResponse
 from redis.asyncio import Redis
 
-from tests.helpers import KEY, ROOT, cli_env, free_port, wait_port
-from tests.procs import RedisServer
+from tests.helpers import worker_env
+from tests.procs import RedisServer, Stack
+from tests.procs import stack as procs_stack
 
 
 @pytest.hookimpl(trylast=True)  # after tests/chaos/conftest.py has marked its tests chaos
@@ -35,7 +30,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     with tempfile.TemporaryDirectory(prefix="captcha-test-redis-") as d:
-        server = RedisServer(free_port(), d)
+        server = RedisServer(dir=d)
         server.start()
         try:
             yield server
@@ -90,55 +85,10 @@ def _aioresponses_compat() -> None:
 _aioresponses_compat()
 
 
-@dataclass
-class Stack:
-    """A running system for producer and CLI tests: its own redis-server, the simulator and two workers,
-    all as processes (`captcha-worker simulator`, `captcha-worker run`)."""
-
-    redis: RedisServer
-    sim_url: str
-    worker_env: dict[str, str]
-    procs: list[subprocess.Popen[bytes]]
-
-    @property
-    def redis_url(self) -> str:
-        return self.redis.url
-
-    def sim_config(self, **patch: object) -> None:
-        req = urllib.request.Request(f"{self.sim_url}/_sim/config", data=json.dumps(patch).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            assert resp.status == 200
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    d = tmp_path_factory.mktemp("stack")
-    server = RedisServer(free_port(), str(d))
-    server.start()
-    sim_port = free_port()
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def spawn(name: str, args: list[str], env: dict[str, str]) -> None:
-        with open(d / f"{name}.log", "wb") as log:
-            procs.append(subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", *args], env=cli_env(**env),
-                                          stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
-
-    spawn("simulator", ["simulator", "--port", str(sim_port), "--threads", "20", "--speed", "20", "--seed", "1"], {})
-    wait_port(sim_port)
-    env = {"REDIS_URL": server.url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": f"http://127.0.0.1:{sim_port}",
-           "CAPTCHAAI_THREADS": "20", "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20",
-           "METRICS_HOST": "127.0.0.1"}  # LEASE_SECONDS: the default 30 s (no test of the stack kills a worker)
-    for i in range(2):
-        spawn(f"worker{i}", ["run"], {**env, "METRICS_PORT": str(free_port())})
-    try:
-        yield Stack(server, f"http://127.0.0.1:{sim_port}", env, procs)
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        server.stop()
+    """The simulator (20 threads, --speed 20) and two workers, for producer and CLI tests. LEASE_SECONDS: the
+    default 30 s (no test of the stack kills a worker)."""
+    with procs_stack(tmp_path_factory.mktemp("stack"), ["--threads", "20", "--speed", "20", "--seed", "1"],
+                     worker_env("", "", CAPTCHAAI_THREADS="20", WORKER_CONCURRENCY="10"), [{}, {}]) as s:
+        yield s

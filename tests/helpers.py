@@ -122,18 +122,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_listening(proc: subprocess.Popen[bytes], log: Path, what: str, cpu_budget: float = 15.0) -> re.Match[bytes]:
+def wait_listening(proc: subprocess.Popen[bytes], log: Path, what: str, cpu_budget: float = 15.0, *,
+                   offset: int = 0) -> re.Match[bytes]:
     """Wait for a child started on port 0 to print its `listening on URL` line; the match names the ports it bound.
 
     The child's own signal, not a guessed port: nothing can take its port first. It fails as soon as the child
     exits (with its exit code and last output), or once the child has burnt `cpu_budget` seconds of CPU without
-    listening: CPU, not wall time, so a loaded machine only makes the wait longer, never fails it."""
+    listening: CPU, not wall time, so a loaded machine only makes the wait longer, never fails it. `offset`: where
+    this start's output begins in `log` (a log appended to by restarts)."""
     while True:
-        m = LISTENING.search(log.read_bytes())
+        m = LISTENING.search(log.read_bytes()[offset:])
         if m:
             return m
         code = proc.poll()
-        if code is not None and not LISTENING.search(log.read_bytes()):
+        if code is not None and not LISTENING.search(log.read_bytes()[offset:]):
             raise RuntimeError(f"{what} exited with code {code} before listening; its last output:\n{tail(log)}")
         if cpu_seconds(proc.pid) > cpu_budget:
             raise RuntimeError(f"{what} (pid {proc.pid}) used {cpu_budget}s of CPU without listening; "

@@ -14,20 +14,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis as sync_redis
 
 from captcha_worker.localredis import LocalRedis
-from tests.helpers import ROOT, cli_env, free_port, wait_port
+from tests.helpers import ROOT, cli_env, free_port, wait_listening
 
 
 @dataclass
 class RedisServer(LocalRedis):
-    """A real redis-server on a free port, with AOF (fsync always) so a restart keeps the data."""
+    """A real redis-server on a free port, with AOF (fsync always) so a restart keeps the data (`persistent=False`:
+    none, as the benchmarks run it). The one redis starter of the tests, the chaos suite and the benchmarks."""
 
     persistent: bool = True
     client_kwargs: dict[str, Any] = field(default_factory=dict)  # how to reach it (TLS, password) for the ping
+    port: int = 0  # 0: a free one, chosen (again, if another process takes it first) by `start`
+    started: bool = False  # it has served on `port` (a restart must keep that port)
 
     def client(self, **kwargs: Any) -> sync_redis.Redis:
         """A synchronous admin client of this server (close it)."""
@@ -36,28 +39,74 @@ class RedisServer(LocalRedis):
     def _ping_client(self) -> sync_redis.Redis:
         return self.client()
 
+    def start(self, timeout: float = 15.0) -> RedisServer:
+        """Start it and wait until it answers PING as itself (INFO's process_id is this child's pid): a port that
+        another process took first never passes for this server. On its first start the port is only a guess
+        (free_port), so a child that could not bind it is started again on another; a restart keeps its port (the
+        clients have its URL) and fails instead, and so does a port the caller chose."""
+        movable = not self.started and self.port == 0
+        for _ in range(5):
+            if movable:
+                self.port = free_port()
+            try:
+                super().start(timeout)
+            except (RuntimeError, sync_redis.exceptions.ConnectionError):
+                if not movable or self.proc is None or self.proc.poll() is None:
+                    raise
+            else:
+                if self._is_mine():
+                    self.started = True
+                    return self
+                if not movable:
+                    raise RuntimeError(f"127.0.0.1:{self.port} answers for another redis-server")
+            self.stop()
+        raise RuntimeError("redis-server could not bind a free port in 5 tries")
+
+    def _is_mine(self) -> bool:
+        client = self.client()
+        try:
+            info = cast(dict[str, Any], client.info("server"))
+        except sync_redis.exceptions.RedisError:
+            return False
+        finally:
+            client.close()
+        return self.proc is not None and self.proc.poll() is None and info.get("process_id") == self.proc.pid
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
 
 class WorkerProc:
-    """One `captcha-worker run` process; `start()` again after a kill starts a new one (logs are kept)."""
+    """One `captcha-worker run` process; `start()` again after a kill starts a new one (logs are kept). Its probe
+    server binds port 0: `metrics_port` waits for the child's own `metrics listening on` line (no port race)."""
 
     def __init__(self, name: str, env: dict[str, str], logdir: Path) -> None:
         self.name, self.env, self.logdir = name, env, logdir
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
-        self.metrics_port = 0
+        self._metrics_port = 0
+
+    @property
+    def log(self) -> Path:
+        """The log of the current (last) start."""
+        return self.logdir / f"{self.name}.{self.starts}.log"
 
     def start(self) -> None:
         self.starts += 1
-        log = open(self.logdir / f"{self.name}.{self.starts}.log", "wb")
-        self.metrics_port = free_port()
+        self._metrics_port = 0
+        log = open(self.log, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"],
-                                     env=cli_env(**self.env, METRICS_PORT=str(self.metrics_port),
-                                                 METRICS_HOST="127.0.0.1"),
+                                     env=cli_env(**{"METRICS_HOST": "127.0.0.1", **self.env, "METRICS_PORT": "0"}),
                                      stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         log.close()
+
+    @property
+    def metrics_port(self) -> int:
+        """The port of /metrics, /healthz, /readyz of the current start (waits for the child to bind it)."""
+        if not self._metrics_port:
+            assert self.proc is not None, f"{self.name} was never started"
+            self._metrics_port = int(wait_listening(self.proc, self.log, f"worker {self.name}")["port"])
+        return self._metrics_port
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None
@@ -119,15 +168,19 @@ def workers(n: int, env: dict[str, str], logdir: Path) -> Iterator[list[WorkerPr
 
 
 class SimProc:
-    """`captcha-worker simulator` as a process, configured and read over its /_sim/ endpoints."""
+    """`captcha-worker simulator` as a process on port 0 (its `listening on` line names the port), configured and
+    read over its /_sim/ endpoints."""
 
-    def __init__(self, logdir: Path, *args: str) -> None:
-        self.port = free_port()
-        self.log = open(logdir / "simulator.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "simulator", "--port",
-                                      str(self.port), *args], env=cli_env(), stdout=self.log,
-                                     stderr=subprocess.STDOUT, cwd=ROOT)
-        wait_port(self.port)
+    def __init__(self, logdir: Path, *args: str, name: str = "simulator", env: dict[str, str] | None = None) -> None:
+        path = logdir / f"{name}.log"
+        self.log = open(path, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "simulator", "--port", "0", *args],
+                                     env=cli_env(**(env or {})), stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            self.port = int(wait_listening(self.proc, path, name)["port"])
+        except RuntimeError:
+            self.stop()
+            raise
 
     @property
     def url(self) -> str:
@@ -172,11 +225,12 @@ def simulator(logdir: Path, *args: str) -> Iterator[SimProc]:
 
 
 class GatewayProc:
-    """One `captcha-worker gateway` process on free ports (`url`, `metrics_port`); `env` completes the config."""
+    """One `captcha-worker gateway` process on ports 0 (`url`, `metrics_port` from its `listening on` line); `env`
+    completes the config."""
 
     def __init__(self, name: str, env: dict[str, str], logdir: Path, *, tls: bool = False) -> None:
         self.name, self.env, self.logdir, self.tls = name, env, logdir, tls
-        self.port, self.metrics_port = free_port(), free_port()
+        self.port = self.metrics_port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -184,16 +238,19 @@ class GatewayProc:
         return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> GatewayProc:
-        with open(self.logdir / f"{self.name}.log", "ab") as log:
+        path = self.logdir / f"{self.name}.log"
+        offset = path.stat().st_size if path.exists() else 0  # a restart appends: wait for its own line
+        with open(path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "gateway"],
-                                         env=cli_env(**self.env, GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=str(self.port),
-                                                     METRICS_HOST="127.0.0.1", METRICS_PORT=str(self.metrics_port)),
+                                         env=cli_env(**self.env, GATEWAY_HOST="127.0.0.1", GATEWAY_PORT="0",
+                                                     METRICS_HOST="127.0.0.1", METRICS_PORT="0"),
                                          stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
-            wait_port(self.metrics_port)
-            wait_port(self.port)
-        except RuntimeError:
-            raise RuntimeError(f"gateway {self.name} did not start:\n{self.logs()[-3000:]}") from None
+            m = wait_listening(self.proc, path, f"gateway {self.name}", offset=offset)
+        except RuntimeError as exc:
+            self.stop()
+            raise RuntimeError(f"gateway {self.name} did not start: {exc}") from None
+        self.port, self.metrics_port = int(m["port"]), int(m["metrics"])
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
@@ -235,3 +292,62 @@ def gateways(specs: list[tuple[str, bool]], env: dict[str, str], logdir: Path) -
     finally:
         for p in procs:
             p.stop()
+
+
+@dataclass
+class Stack:
+    """A running system, all processes: its own redis-server, `captcha-worker simulator` and `captcha-worker run`
+    workers (`worker_env`: what they were started with, for a CLI run against the same queue)."""
+
+    redis: RedisServer
+    sim: SimProc
+    workers: list[WorkerProc]
+    worker_env: dict[str, str]
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url
+
+    @property
+    def sim_url(self) -> str:
+        return self.sim.url
+
+    def sim_config(self, **patch: Any) -> None:
+        self.sim.configure(**patch)
+
+    def total(self, name: str, **labels: str) -> float:
+        """The sum over the live workers of one series on their /metrics."""
+        return sum(w.metric(name, **labels) for w in self.workers if w.alive())
+
+
+@contextmanager
+def stack(logdir: Path, sim_args: list[str], env: dict[str, str],
+          per_worker: list[dict[str, str]]) -> Iterator[Stack]:
+    """A Stack in `logdir`: the simulator with `sim_args`, one worker per entry of `per_worker` (its own settings
+    over `env`, which is completed with REDIS_URL and CAPTCHAAI_URL). The workers are running and listening when the
+    block starts; on exit they get SIGTERM (a drain), then the simulator and the redis-server stop."""
+    redis = RedisServer(dir=str(logdir))
+    redis.start()
+    try:
+        with simulator(logdir, *sim_args) as sim:
+            full = {**env, "REDIS_URL": redis.url, "CAPTCHAAI_URL": sim.url}
+            procs = [WorkerProc(f"w{i}", {**full, **own}, logdir) for i, own in enumerate(per_worker)]
+            try:
+                for w in procs:
+                    w.start()
+                for w in procs:
+                    assert w.metrics_port  # waits for its `metrics listening on` line
+                yield Stack(redis, sim, procs, full)
+            finally:
+                for w in procs:
+                    if w.alive():
+                        w.signal(signal.SIGTERM)
+                for w in procs:
+                    if w.proc is not None:
+                        try:
+                            w.wait(20)
+                        except subprocess.TimeoutExpired:
+                            w.signal(signal.SIGKILL)
+                            w.wait(5)
+    finally:
+        redis.stop()

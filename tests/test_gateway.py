@@ -34,7 +34,7 @@ from captcha_worker.methods import KINDS, Kind
 from captcha_worker.queue import RedisQueue
 from captcha_worker.simulator import SimConfig, SimulatorServer
 from captcha_worker.task import Result, Status, Timings
-from tests.helpers import ROOT, free_port, run_cli, wait_until
+from tests.helpers import ROOT, run_cli, wait_until
 from tests.procs import GatewayProc, RedisServer
 from tests.sim_helpers import PNG, Api, PingbackReceiver, kind_id, kind_params
 
@@ -61,7 +61,7 @@ def config(redis_url: str, tenant_doc: Mapping[str, Any] | None = None, **env: s
         "GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": "0", "METRICS_HOST": "127.0.0.1", "METRICS_PORT": "0", **env})
 
 
-class Stack:
+class LiveGateway:
     """A gateway on real sockets, a client for it and the queue as workers see it."""
 
     def __init__(self, server: GatewayServer, session: aiohttp.ClientSession, redis: Redis) -> None:
@@ -93,9 +93,9 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 @pytest.fixture
-async def stack(redis: Redis, redis_server: Any, session: aiohttp.ClientSession) -> AsyncIterator[Stack]:
+async def stack(redis: Redis, redis_server: Any, session: aiohttp.ClientSession) -> AsyncIterator[LiveGateway]:
     async with GatewayServer(config(redis_server.url)) as server:
-        yield Stack(server, session, redis)
+        yield LiveGateway(server, session, redis)
 
 
 def solved(task_id: str, solution: str = "TOKEN-1", user_agent: str | None = None) -> Result:
@@ -196,7 +196,7 @@ def test_other_settings_are_checked() -> None:
 # -- in.php ---------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("via", ["get", "form", "json"])
-async def test_keys_malformed_unknown_and_known(stack: Stack, via: str) -> None:
+async def test_keys_malformed_unknown_and_known(stack: LiveGateway, via: str) -> None:
     for key, code in (("short", "ERROR_WRONG_USER_KEY"), ("", "ERROR_WRONG_USER_KEY"),
                       ("D" * 32, "ERROR_KEY_DOES_NOT_EXIST"), (KEY_A[:-1] + "b", "ERROR_KEY_DOES_NOT_EXIST")):
         reply = await stack.api.call("in.php", dict(TURNSTILE), key=key, via=via)
@@ -209,7 +209,7 @@ async def test_keys_malformed_unknown_and_known(stack: Stack, via: str) -> None:
     assert gm.REJECTED.labels(gm.UNAUTHENTICATED, "bad_key")._value.get() >= 8
 
 
-async def test_a_task_is_queued_tagged_with_its_tenant(stack: Stack) -> None:
+async def test_a_task_is_queued_tagged_with_its_tenant(stack: LiveGateway) -> None:
     number = await stack.submit(**TURNSTILE, pingback="", soft_id="123", header_acao="1")
     assert isinstance(number, str) and 10**14 <= int(number) < 9 * 10**15
     (item,) = await stack.redis.lrange(stack.queue.keys.pending, 0, -1)
@@ -222,7 +222,7 @@ async def test_a_task_is_queued_tagged_with_its_tenant(stack: Stack) -> None:
     assert isinstance(recaptcha, int)  # as CaptchaAI answers userrecaptcha
 
 
-async def test_an_uploaded_file_travels_as_base64(stack: Stack) -> None:
+async def test_an_uploaded_file_travels_as_base64(stack: LiveGateway) -> None:
     reply = await stack.api.call("in.php", {"method": "post"}, files={"file": PNG})
     assert reply.json["status"] == 1, reply.text
     item = f"gw:team-a:{reply.request}"
@@ -231,7 +231,7 @@ async def test_an_uploaded_file_travels_as_base64(stack: Stack) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=kind_id)
-async def test_validation_and_missing_param_codes_are_the_workers(stack: Stack, kind: Kind) -> None:
+async def test_validation_and_missing_param_codes_are_the_workers(stack: LiveGateway, kind: Kind) -> None:
     sub = kind_params(kind)
     reply = await stack.api.submit(sub)
     assert reply.json["status"] == 1, reply.text
@@ -243,7 +243,7 @@ async def test_validation_and_missing_param_codes_are_the_workers(stack: Stack, 
                               "error_text": reply.json["error_text"]}, (param.name, reply.text)
 
 
-async def test_unknown_and_unsupported_methods(stack: Stack) -> None:
+async def test_unknown_and_unsupported_methods(stack: LiveGateway) -> None:
     for method in ("nosuch", "hcaptcha", "geetest_v4", ""):
         reply = await stack.api.call("in.php", {"method": method, "sitekey": "x", "pageurl": "https://e.com"})
         assert reply.json["request"] == "ERROR_BAD_PARAMETERS", (method, reply.text)
@@ -269,7 +269,7 @@ async def test_bodies_over_the_cap_get_413_and_tasks_over_the_limit_an_image_err
 
 # -- res.php --------------------------------------------------------------------------------------------------------
 
-async def test_get_answers_from_the_result_store(stack: Stack) -> None:
+async def test_get_answers_from_the_result_store(stack: LiveGateway) -> None:
     number = await stack.submit()
     assert (await stack.api.get(number)).json == {"status": 0, "request": "CAPCHA_NOT_READY"}
     claimed = await stack.queue.claim(10, lease_s=30)
@@ -296,14 +296,14 @@ async def test_get_answers_from_the_result_store(stack: Stack) -> None:
     ("INVALID_TASK", "ERROR_BAD_PARAMETERS"), ("ERROR_KEY_DOES_NOT_EXIST", "ERROR_CAPTCHA_UNSOLVABLE"),
     ("HTTP_5XX", "ERROR_CAPTCHA_UNSOLVABLE"), ("ERROR_NEW_IN_2030", "ERROR_NEW_IN_2030"),
     ("<script>", "ERROR_CAPTCHA_UNSOLVABLE")])
-async def test_failures_are_answered_with_captchaai_codes(stack: Stack, code: str, answered: str) -> None:
+async def test_failures_are_answered_with_captchaai_codes(stack: LiveGateway, code: str, answered: str) -> None:
     number = await stack.submit()
     await stack.finish(failed(code))
     reply = await stack.api.get(number)
     assert reply.json["status"] == 0 and reply.json["request"] == answered, reply.text
 
 
-async def test_threadsinfo_is_the_tenants_share_and_its_tasks_in_flight(stack: Stack) -> None:
+async def test_threadsinfo_is_the_tenants_share_and_its_tasks_in_flight(stack: LiveGateway) -> None:
     for _ in range(3):
         await stack.submit()
     await stack.submit(key=KEY_B)
@@ -336,7 +336,7 @@ async def test_reports_are_forwarded_with_the_captchaai_id(redis: Redis, redis_s
         upstream = (await sim_api.call("in.php", dict(TURNSTILE))).request  # a task CaptchaAI knows
         cfg = config(redis_server.url, CAPTCHAAI_KEY=UPSTREAM_KEY, CAPTCHAAI_URL=sim.url)
         async with GatewayServer(cfg) as server:
-            stack = Stack(server, session, redis)
+            stack = LiveGateway(server, session, redis)
             recorded, unrecorded, unknown = [await stack.submit() for _ in range(3)]
             ids = await stack.finish(solved)
             for item, captcha_id in zip(ids, (upstream, None, "123456789"), strict=True):
@@ -355,7 +355,7 @@ async def test_reports_are_forwarded_with_the_captchaai_id(redis: Redis, redis_s
             assert (stats.reportbad, stats.reportgood) == (1, 1)
 
 
-async def test_reports_without_an_upstream_key_are_counted_here(stack: Stack) -> None:
+async def test_reports_without_an_upstream_key_are_counted_here(stack: LiveGateway) -> None:
     number = await stack.submit()
     before = gm.REPORTS.labels("team-a", "bad")._value.get()
     assert (await stack.api.res("reportbad", fields={"id": number})).json["request"] == "ERROR_WRONG_CAPTCHA_ID"
@@ -364,14 +364,14 @@ async def test_reports_without_an_upstream_key_are_counted_here(stack: Stack) ->
     assert gm.REPORTS.labels("team-a", "bad")._value.get() == before + 1
 
 
-async def test_actions(stack: Stack) -> None:
+async def test_actions(stack: LiveGateway) -> None:
     assert (await stack.api.res("")).json["request"] == "ERROR_EMPTY_ACTION"
     assert (await stack.api.res("nosuch")).json["request"] == "ERROR_BAD_PARAMETERS"
     reply = await stack.api.res("getbalance", fields={"header_acao": "1"})
     assert reply.headers.get("Access-Control-Allow-Origin") == "*"
 
 
-async def test_solve_php_answers_when_solved(stack: Stack) -> None:
+async def test_solve_php_answers_when_solved(stack: LiveGateway) -> None:
     image = {"method": "base64", "body": base64.b64encode(PNG).decode()}
     request = asyncio.create_task(stack.api.call("solve.php", image))
     await wait_until(lambda: _pending(stack), 5, "the solve.php task to be queued")
@@ -381,13 +381,13 @@ async def test_solve_php_answers_when_solved(stack: Stack) -> None:
     assert (await stack.api.call("solve.php", dict(TURNSTILE))).json["request"] == "ERROR_BAD_PARAMETERS"  # images only
 
 
-async def _pending(stack: Stack) -> bool:
+async def _pending(stack: LiveGateway) -> bool:
     return bool(await stack.redis.llen(stack.queue.keys.pending))
 
 
 # -- limits -----------------------------------------------------------------------------------------------------------
 
-async def test_rate_limit_per_tenant(stack: Stack) -> None:
+async def test_rate_limit_per_tenant(stack: LiveGateway) -> None:
     c = Api(stack.session, stack.server.url, KEY_C)  # 0.5 requests/s, burst 2
     assert [(await c.call("in.php", dict(TURNSTILE))).json["status"] for _ in range(2)] == [1, 1]
     assert (await c.call("in.php", dict(TURNSTILE))).json["request"] == "ERROR_NO_SLOT_AVAILABLE"
@@ -399,7 +399,7 @@ async def test_rate_limit_per_tenant(stack: Stack) -> None:
     assert gm.REJECTED.labels("team-c", "rate_limited")._value.get() >= 2
 
 
-async def test_redis_outage_is_an_error_to_retry_and_not_ready(redis_server: Any, stack: Stack) -> None:
+async def test_redis_outage_is_an_error_to_retry_and_not_ready(redis_server: Any, stack: LiveGateway) -> None:
     assert (await stack.probe("/readyz"))[0] == 200
     redis_server.stop()
     try:
@@ -418,7 +418,7 @@ async def test_redis_outage_is_an_error_to_retry_and_not_ready(redis_server: Any
     assert (await stack.api.call("in.php", dict(TURNSTILE))).json["status"] == 1
 
 
-async def test_metrics_stay_off_the_api_port_and_name_tenants_only(stack: Stack) -> None:
+async def test_metrics_stay_off_the_api_port_and_name_tenants_only(stack: LiveGateway) -> None:
     await stack.submit()
     async with stack.session.get(f"{stack.server.url}/metrics") as resp:
         assert resp.status == 404
@@ -457,7 +457,7 @@ async def test_callback_to_an_allowed_host_is_signed(redis: Redis, redis_server:
                                                      session: aiohttp.ClientSession) -> None:
     async with PingbackReceiver() as receiver, \
             callback_stack(redis_server, ["127.0.0.1"], ["127.0.0.0/8"]) as server:
-        stack = Stack(server, session, redis)
+        stack = LiveGateway(server, session, redis)
         ok = await stack.submit(**TURNSTILE, pingback=receiver.url + "?ours=1")
         bad = await stack.submit(**TURNSTILE, pingback=receiver.url)
         await stack.finish(lambda tid: solved(tid, "TOKEN-CB", "UA/2") if tid.endswith(str(ok))
@@ -475,7 +475,7 @@ async def test_callback_to_an_allowed_host_is_signed(redis: Redis, redis_server:
         assert gm.CALLBACKS.labels("team-a", "delivered")._value.get() >= 2
 
 
-async def test_callbacks_to_hosts_off_the_list_are_refused_at_submit(stack: Stack) -> None:
+async def test_callbacks_to_hosts_off_the_list_are_refused_at_submit(stack: LiveGateway) -> None:
     for url in ("http://127.0.0.1:9/hook", "ftp://hooks.example/x", "not a url", "http://user:pw@127.0.0.1/x"):
         reply = await stack.api.call("in.php", {**TURNSTILE, "pingback": url})
         assert reply.json["request"] == "ERROR_BAD_PARAMETERS", url  # team-a has no pingback policy here
@@ -487,7 +487,7 @@ async def test_a_listed_name_resolving_to_loopback_is_refused_at_delivery(redis:
     would connect to is checked, not only the name."""
     async with PingbackReceiver() as receiver, \
             callback_stack(redis_server, ["localhost"], []) as server:
-        stack = Stack(server, session, redis)
+        stack = LiveGateway(server, session, redis)
         port = receiver.url.split(":")[2].split("/")[0]
         await stack.submit(**TURNSTILE, pingback=f"http://localhost:{port}/hook")
         before = gm.CALLBACKS.labels("team-a", "refused")._value.get()
@@ -505,7 +505,7 @@ async def test_failing_receivers_are_retried_a_bounded_number_of_times(redis: Re
                                                                        session: aiohttp.ClientSession) -> None:
     async with PingbackReceiver(status=503) as receiver, \
             callback_stack(redis_server, ["127.0.0.1"], ["127.0.0.1/32"]) as server:
-        stack = Stack(server, session, redis)
+        stack = LiveGateway(server, session, redis)
         await stack.submit(**TURNSTILE, pingback=receiver.url)
         before = gm.CALLBACKS.labels("team-a", "failed")._value.get()
         await stack.finish(solved)
@@ -529,7 +529,7 @@ _VALUE = st.one_of(st.text(max_size=40), st.sampled_from([KEY_A, KEY_C, "turnsti
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=st.dictionaries(_FIELD, _VALUE, max_size=8), endpoint=st.sampled_from(["in.php", "res.php", "solve.php"]),
        via=st.sampled_from(["get", "form", "json", "multipart"]), raw=st.binary(max_size=200))
-async def test_any_request_gets_a_protocol_answer(stack: Stack, fields: dict[str, str], endpoint: str, via: str,
+async def test_any_request_gets_a_protocol_answer(stack: LiveGateway, fields: dict[str, str], endpoint: str, via: str,
                                                  raw: bytes) -> None:
     if endpoint == "solve.php":
         fields.pop("method", None)  # a valid image would wait for a worker
@@ -581,7 +581,7 @@ def test_cli_config_errors_are_one_line_and_check_prints_no_secret() -> None:
 
 def test_a_gateway_process_never_logs_keys_secrets_or_answers(tmp_path: Any) -> None:
 
-    redis = RedisServer(free_port(), str(tmp_path))
+    redis = RedisServer(dir=str(tmp_path))
     redis.start()
     doc = tenants(pingback={"hosts": ["127.0.0.1"], "networks": ["127.0.0.1/32"], "secret": SECRET})
     gw = GatewayProc("gw", {"REDIS_URL": redis.url, "QUEUE_NAME": QUEUE, "GATEWAY_TENANTS": json.dumps(doc),

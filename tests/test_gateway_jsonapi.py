@@ -31,7 +31,7 @@ from tests.test_gateway import (
     QUEUE,
     RECAPTCHA,
     SECRET,
-    Stack,
+    LiveGateway,
     config,
     failed,
     solved,
@@ -45,7 +45,7 @@ PAGE = RECAPTCHA["pageurl"]
 V2 = {"type": "RecaptchaV2TaskProxyless", "websiteURL": PAGE, "websiteKey": SITEKEY}
 
 
-async def call(stack: Stack, method: str, body: Any, *, raw: bytes | None = None,
+async def call(stack: LiveGateway, method: str, body: Any, *, raw: bytes | None = None,
                http: str = "POST") -> tuple[int, dict[str, Any], dict[str, str]]:
     data = raw if raw is not None else json.dumps(body).encode()
     async with stack.session.request(http, f"{stack.server.url}/{method}", data=data,
@@ -55,17 +55,17 @@ async def call(stack: Stack, method: str, body: Any, *, raw: bytes | None = None
         return resp.status, json.loads(text), dict(resp.headers)
 
 
-async def create(stack: Stack, task: dict[str, Any], key: str = KEY_A, **extra: Any) -> dict[str, Any]:
+async def create(stack: LiveGateway, task: dict[str, Any], key: str = KEY_A, **extra: Any) -> dict[str, Any]:
     status, body, _ = await call(stack, "createTask", {"clientKey": key, "task": task, **extra})
     assert status == 200
     return body
 
 
-async def result(stack: Stack, task_id: Any, key: str = KEY_A) -> dict[str, Any]:
+async def result(stack: LiveGateway, task_id: Any, key: str = KEY_A) -> dict[str, Any]:
     return (await call(stack, "getTaskResult", {"clientKey": key, "taskId": task_id}))[1]
 
 
-async def test_create_task_queues_the_task_in_php_would(stack: Stack) -> None:
+async def test_create_task_queues_the_task_in_php_would(stack: LiveGateway) -> None:
     body = await create(stack, {**V2, "isInvisible": True}, softId=123, languagePool="en")
     assert body["errorId"] == 0 and body["status"] == "idle" and isinstance(body["taskId"], int), body
     number = await stack.submit(**RECAPTCHA, invisible="1")
@@ -78,7 +78,7 @@ async def test_create_task_queues_the_task_in_php_would(stack: Stack) -> None:
     assert gm.SUBMITTED.labels(gm.JSON, "team-a")._value.get() >= 1
 
 
-async def test_get_task_result_from_processing_to_ready(stack: Stack) -> None:
+async def test_get_task_result_from_processing_to_ready(stack: LiveGateway) -> None:
     task_id = (await create(stack, V2))["taskId"]
     assert await result(stack, task_id) == {"errorId": 0, "status": "processing"}
     assert await result(stack, str(task_id)) == {"errorId": 0, "status": "processing"}  # CapSolver sends strings
@@ -93,7 +93,7 @@ async def test_get_task_result_from_processing_to_ready(stack: Stack) -> None:
     assert (await result(stack, task_id, key=KEY_B))["errorCode"] == "ERROR_NO_SUCH_CAPCHA_ID"
 
 
-async def test_failures_and_unknown_ids(stack: Stack) -> None:
+async def test_failures_and_unknown_ids(stack: LiveGateway) -> None:
     task_id = (await create(stack, V2))["taskId"]
     await stack.finish(failed("DEADLINE_PASSED"))
     assert await result(stack, task_id) == {"errorId": 12, "errorCode": "ERROR_CAPTCHA_UNSOLVABLE",
@@ -103,7 +103,7 @@ async def test_failures_and_unknown_ids(stack: Stack) -> None:
         assert (got["errorId"], got["errorCode"]) == (16, "ERROR_NO_SUCH_CAPCHA_ID"), bad
 
 
-async def test_balance_and_reports(stack: Stack) -> None:
+async def test_balance_and_reports(stack: LiveGateway) -> None:
     assert (await call(stack, "getBalance", {"clientKey": KEY_A}))[1] == {"errorId": 0, "balance": 12.5}
     assert (await call(stack, "getBalance", {"clientKey": KEY_B}))[1] == {"errorId": 0, "balance": 0.0}
     task_id = (await create(stack, V2))["taskId"]
@@ -154,7 +154,7 @@ BAD_BODIES: list[tuple[str, bytes, int, str]] = [
 
 
 @pytest.mark.parametrize(("raw", "error_id", "code"), [b[1:] for b in BAD_BODIES], ids=[b[0] for b in BAD_BODIES])
-async def test_bad_bodies_get_the_json_apis_numbered_errors(stack: Stack, raw: bytes, error_id: int,
+async def test_bad_bodies_get_the_json_apis_numbered_errors(stack: LiveGateway, raw: bytes, error_id: int,
                                                             code: str) -> None:
     status, body, _ = await call(stack, "createTask", None, raw=raw)
     assert (status, body["errorId"], body["errorCode"]) == (200, error_id, code), body
@@ -165,7 +165,7 @@ async def test_bad_bodies_get_the_json_apis_numbered_errors(stack: Stack, raw: b
 
 async def test_a_body_over_the_cap_and_a_get(redis: Redis, redis_server: Any, session: aiohttp.ClientSession) -> None:
     async with GatewayServer(config(redis_server.url, GATEWAY_MAX_BODY_BYTES="65536")) as server:
-        s = Stack(server, session, redis)
+        s = LiveGateway(server, session, redis)
         big = {"clientKey": KEY_A, "task": {"type": "ImageToTextTask", "body": "A" * 100_000}}
         status, body, _ = await call(s, "createTask", big)
         assert (status, body["errorId"], body["errorCode"]) == (200, 4, "ERROR_TOO_BIG_CAPTCHA_FILESIZE")
@@ -176,14 +176,14 @@ async def test_a_body_over_the_cap_and_a_get(redis: Redis, redis_server: Any, se
         assert gm.REQUESTS.labels(gm.JSON, "create_task", "ERROR_TOO_BIG_CAPTCHA_FILESIZE")._value.get() >= 1
 
 
-async def test_rate_limit(stack: Stack) -> None:  # team-c: 0.5 requests/s, burst 2
+async def test_rate_limit(stack: LiveGateway) -> None:  # team-c: 0.5 requests/s, burst 2
     assert [(await create(stack, V2, key=KEY_C))["errorId"] for _ in range(2)] == [0, 0]
     assert (await create(stack, V2, key=KEY_C))["errorCode"] == "ERROR_NO_SLOT_AVAILABLE"
     status, body, headers = await call(stack, "getTaskResult", {"clientKey": KEY_C, "taskId": 1})
     assert (status, body["errorCode"]) == (429, "ERROR_TOO_MUCH_REQUESTS") and 1 <= int(headers["Retry-After"]) <= 3
 
 
-async def test_redis_outage_is_retry_later(redis_server: Any, stack: Stack) -> None:
+async def test_redis_outage_is_retry_later(redis_server: Any, stack: LiveGateway) -> None:
     redis_server.stop()
     try:
         assert (await create(stack, V2))["errorCode"] == "ERROR_NO_SLOT_AVAILABLE"
@@ -203,7 +203,7 @@ async def test_callback_url_gets_the_result_posted_and_signed(redis: Redis, redi
                                                               session: aiohttp.ClientSession) -> None:
     doc = tenants(pingback={"hosts": ["127.0.0.1"], "networks": ["127.0.0.0/8"], "secret": SECRET})
     async with PingbackReceiver() as receiver, GatewayServer(config(redis_server.url, doc)) as server:
-        s = Stack(server, session, redis)
+        s = LiveGateway(server, session, redis)
         ok = (await create(s, V2, callbackUrl=receiver.url))["taskId"]
         bad = (await create(s, V2, callbackUrl=receiver.url))["taskId"]
         await s.finish(lambda tid: replace(solved(tid, "03A-CB"), kind="recaptcha_v2") if tid.endswith(str(ok))
@@ -236,7 +236,8 @@ _TASK = st.dictionaries(st.sampled_from(["type", "websiteURL", "websiteKey", "bo
        body=st.fixed_dictionaries({"clientKey": st.sampled_from([KEY_A, KEY_B, "", "x"])},
                                   optional={"task": _TASK | _VALUES, "taskId": _VALUES, "callbackUrl": _VALUES}),
        raw=st.binary(max_size=100))
-async def test_any_body_gets_a_json_api_answer(stack: Stack, method: str, body: dict[str, Any], raw: bytes) -> None:
+async def test_any_body_gets_a_json_api_answer(stack: LiveGateway, method: str, body: dict[str, Any],
+                                                raw: bytes) -> None:
     status, reply, _ = await call(stack, method, body)
     assert status in (200, 429) and isinstance(reply["errorId"], int), reply
     assert reply["errorId"] == 0 or reply["errorCode"].startswith("ERROR_")

@@ -61,7 +61,6 @@ from tests.helpers import (
     ROOT,
     TURNSTILE,
     cli_env,
-    free_port,
     task_body,
     wait_listening,
     wait_until_blocking,
@@ -76,6 +75,7 @@ RELEASE = "cs"
 JOB = "cs-captcha-solver-worker"  # the worker Service name = the `job` label a ServiceMonitor gives
 GW_JOB = "cs-captcha-solver-gateway"  # the gateway Service name
 TEST_FOR = "5s"
+PROM_LISTENING = re.compile(r'msg="Listening on" address=127\.0\.0\.1:(\d+)')
 RATE_INTERVAL = "20s"  # $__rate_interval (Grafana: max(4 x scrape interval, $__interval + scrape interval))
 RANGE = "10m"  # $__range: longer than the whole lab run
 ALERT_VALUES = {  # alert name -> its key under prometheusRule.alerts
@@ -223,6 +223,7 @@ class Lab:
     main_metrics: str = ""
     gateway_metrics: str = ""
     gateways: dict[str, Proc] = field(default_factory=dict)  # namespace -> its gateway
+    pods: dict[str, tuple[str, str]] = field(default_factory=dict)  # worker process name -> (namespace, pod)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
@@ -247,16 +248,22 @@ class Lab:
             self.sims[namespace] = self.listening(p)["url"].decode()
 
     def worker(self, namespace: str, pod: str, sim: str, **env: str) -> Proc:
-        port = free_port()
+        """Started with METRICS_PORT=0; `workers_up()` then learns the port it bound and hands it to Prometheus."""
         full = {"REDIS_URL": self.redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": self.sims[sim],
                 "QUEUE_NAME": namespace, "API_TIME_SCALE": "20", "METRICS_HOST": "127.0.0.1",
-                "METRICS_PORT": str(port), "LOG_LEVEL": "info", **env}
+                "LOG_LEVEL": "info", **env, "METRICS_PORT": "0"}
         p = self.spawn(f"{namespace}-{pod}", ["run"], full)
-        p.metrics_port = port
-        self.target(namespace, JOB, pod, port)
+        self.pods[p.name] = (namespace, pod)
         return p
 
-    def target(self, namespace: str, service: str, pod: str, port: int) -> None:
+    def workers_up(self) -> None:
+        """Each worker's `metrics listening on` line: its port becomes a scrape target."""
+        for p in self.procs:
+            if p.name in self.pods and p.metrics_port is None:
+                p.metrics_port = int(self.listening(p)["port"])
+                self.target(*self.pods[p.name], service=JOB, port=p.metrics_port)
+
+    def target(self, namespace: str, pod: str, *, service: str, port: int) -> None:
         """What prometheus-operator's Kubernetes SD + ServiceMonitor relabelling would produce for this pod."""
         target = [{"targets": [f"127.0.0.1:{port}"],
                    "labels": {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_service_name": service,
@@ -279,7 +286,7 @@ class Lab:
         p = self.gateways[namespace]
         m = self.listening(p)
         p.url, p.metrics_port = m["url"].decode(), int(m["metrics"])
-        self.target(namespace, GW_JOB, "0", p.metrics_port)
+        self.target(namespace, "0", service=GW_JOB, port=p.metrics_port)
 
     def sim_config(self, namespace: str, **patch: object) -> None:
         req = urllib.request.Request(f"{self.sims[namespace]}/_sim/config", data=json.dumps(patch).encode(),
@@ -382,18 +389,20 @@ def start_prometheus(d: Path, rules_dir: Path) -> tuple[subprocess.Popen[bytes],
         }],
     }
     (d / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
     with open(d / "prometheus.log", "wb") as log:
         proc = subprocess.Popen(
             [prometheus, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'tsdb'}",
-             "--storage.tsdb.retention.time=1h", f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+             "--storage.tsdb.retention.time=1h", "--web.listen-address=127.0.0.1:0", "--log.level=info"],
             stdout=log, stderr=subprocess.STDOUT)
-    api = PromAPI(port)
-    deadline = time.monotonic() + 30
-    while not api.ready():
+
+    def port() -> int:  # its own `msg="Listening on" address=127.0.0.1:PORT` line (port 0: the OS chose it)
         assert proc.poll() is None, (d / "prometheus.log").read_text()
-        assert time.monotonic() < deadline, "prometheus not ready after 30 s"
-        time.sleep(0.2)
+        m = PROM_LISTENING.search((d / "prometheus.log").read_text(errors="replace"))
+        return int(m.group(1)) if m else 0
+
+    wait_until_blocking(lambda: port() > 0, 30, "prometheus to listen")
+    api = PromAPI(port())
+    wait_until_blocking(api.ready, 30, "prometheus to be ready")
     return proc, api
 
 
@@ -438,6 +447,7 @@ def lab(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                             LEASE_SECONDS="3")
         lab.worker("obs-reap", "w1", "obs-reap", CAPTCHAAI_THREADS="16", WORKER_CONCURRENCY="8", LEASE_SECONDS="3")
         lab.worker("obs-tenants", "w0", "obs-tenants", CAPTCHAAI_THREADS="10", WORKER_CONCURRENCY="10")
+        lab.workers_up()
         for ns in GATEWAY_TENANTS:
             lab.gateway_up(ns)
         # obs-capacity: the plan shrinks to 1 thread once the worker read 6 (it reads again only in 5 minutes)

@@ -21,8 +21,9 @@ import pytest
 from aiohttp import web
 
 from captcha_worker.client import CaptchaQueue, Solved, TaskSpec
-from tests.helpers import KEY, free_port, wait_port
-from tests.procs import RedisServer, SimProc, WorkerProc
+from tests.helpers import free_port, wait_port, worker_env
+from tests.procs import Stack
+from tests.procs import stack as procs_stack
 
 N = 20
 SPEED = "10"
@@ -37,7 +38,7 @@ class Relay:
     target: str = ""
     copies: int = 1
     forge: bool = False
-    port: int = field(default_factory=free_port)
+    port: int = 0  # bound on port 0 by start(): the one the OS chose
     seen: list[dict[str, str]] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)
     _loop: asyncio.AbstractEventLoop | None = None
@@ -57,7 +58,8 @@ class Relay:
         app.router.add_get("/{tail:.*}", self._relay)
         runner = web.AppRunner(app, access_log=None)
         loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+        self.port = int(runner.addresses[0][1])
         ready.set()
         loop.run_forever()
 
@@ -85,45 +87,25 @@ class Relay:
             return 502
 
 
-@dataclass
-class Stack:
-    redis: RedisServer
-    sim: SimProc
-    relay: Relay
-    workers: list[WorkerProc]
-
-    def total(self, name: str, **labels: str) -> float:
-        return sum(w.metric(name, **labels) for w in self.workers if w.alive())
+@pytest.fixture(scope="module")
+def relay() -> Relay:
+    """The network between the API and the cluster; it delivers to worker 0's receiver (`stack` sets it)."""
+    r = Relay()
+    r.start()
+    return r
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    d = tmp_path_factory.mktemp("pingback")
-    redis = RedisServer(free_port(), str(d))
-    redis.start()
-    sim = SimProc(d, "--threads", "50", "--speed", SPEED, "--seed", "5")
-    relay = Relay()
-    relay.start()
-    env = {"REDIS_URL": redis.url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "50",
-           "WORKER_CONCURRENCY": "25", "API_TIME_SCALE": SPEED, "LEASE_SECONDS": "5", "LOG_LEVEL": "debug",
-           "PINGBACK_URL": relay.url + "/cluster/", "PINGBACK_HOST": "127.0.0.1"}
-    ports = [free_port(), free_port()]
-    workers = [WorkerProc(f"w{i}", {**env, "PINGBACK_PORT": str(p)}, d) for i, p in enumerate(ports)]
+def stack(tmp_path_factory: pytest.TempPathFactory, relay: Relay) -> Iterator[Stack]:
+    ports = [free_port(), free_port()]  # the receivers' (PINGBACK_PORT): the relay must know worker 0's first
     relay.target = f"http://127.0.0.1:{ports[0]}"  # every callback reaches worker 0's receiver only
-    for w in workers:
-        w.start()
-    for w in workers:
-        wait_port(w.metrics_port)
-    wait_port(ports[0])
-    try:
-        yield Stack(redis, sim, relay, workers)
-    finally:
-        for w in workers:
-            if w.alive():
-                w.signal(15)
-                w.wait(20)
-        sim.stop()
-        redis.stop()
+    env = worker_env("", "", CAPTCHAAI_THREADS="50", WORKER_CONCURRENCY="25", API_TIME_SCALE=SPEED,
+                     LEASE_SECONDS="5", LOG_LEVEL="debug", PINGBACK_URL=relay.url + "/cluster/",
+                     PINGBACK_HOST="127.0.0.1")
+    with procs_stack(tmp_path_factory.mktemp("pingback"), ["--threads", "50", "--speed", SPEED, "--seed", "5"], env,
+                     [{"PINGBACK_PORT": str(p)} for p in ports]) as s:
+        wait_port(ports[0])
+        yield s
 
 
 async def solve_batch(stack: Stack, n: int = N) -> list[Solved]:
@@ -163,44 +145,44 @@ async def test_callbacks_answer_solves_across_processes(stack: Stack) -> None:
     assert all(s.solution for s in solved)
 
 
-async def test_duplicated_callbacks_change_nothing(stack: Stack) -> None:
-    stack.relay.copies = 3
+async def test_duplicated_callbacks_change_nothing(stack: Stack, relay: Relay) -> None:
+    relay.copies = 3
     try:
         before, sim_before = counts(stack), stack.sim.stats()
         solved = await solve_batch(stack)
         d, sim = delta(counts(stack), before), stack.sim.stats()
     finally:
-        stack.relay.copies = 1
+        relay.copies = 1
     assert len({s.id for s in solved}) == N
     assert sim["calls"]["in.php"] - sim_before["calls"]["in.php"] == N  # nothing was submitted twice
     assert d["accepted"] + d["duplicate"] == 3 * N and d["duplicate"] >= 2 * N
     assert d["via_pingback"] + d["via_poll"] == N
 
 
-async def test_forged_callbacks_are_refused_counted_and_never_logged(stack: Stack) -> None:
-    stack.relay.forge, seen = True, len(stack.relay.seen)
+async def test_forged_callbacks_are_refused_counted_and_never_logged(stack: Stack, relay: Relay) -> None:
+    relay.forge, seen = True, len(relay.seen)
     try:
         before = counts(stack)
         solved = await solve_batch(stack)
         d = delta(counts(stack), before)
     finally:
-        stack.relay.forge = False
+        relay.forge = False
     assert (d["forbidden"], d["unknown"]) == (N, N)
     assert d["accepted"] + d["duplicate"] == N and d["via_pingback"] == d["accepted"]
-    tokens = {q["t"] for q in stack.relay.seen[seen:]}
+    tokens = {q["t"] for q in relay.seen[seen:]}
     text = "".join(w.logs() + w.http("/metrics")[1] for w in stack.workers)
     assert len(tokens) == N
     assert not [t for t in tokens if t in text] and not [s.solution for s in solved if s.solution in text]
 
 
-async def test_dropped_callbacks_are_answered_by_the_fallback_polls(stack: Stack) -> None:
-    stack.relay.copies = 0
+async def test_dropped_callbacks_are_answered_by_the_fallback_polls(stack: Stack, relay: Relay) -> None:
+    relay.copies = 0
     try:
         before = counts(stack)
         await solve_batch(stack)
         d = delta(counts(stack), before)
     finally:
-        stack.relay.copies = 1
+        relay.copies = 1
     assert d["sent"] == N and d["accepted"] == 0
     assert (d["via_pingback"], d["via_poll"]) == (0, N)
 

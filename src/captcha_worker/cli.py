@@ -148,10 +148,13 @@ async def _run_worker(cfg: WorkerConfig) -> int:
     _stop_on_signals(stop, hard)
     async with open_worker(cfg) as worker, AsyncExitStack() as stack:
         try:
-            await stack.enter_async_context(ProbeServer(cfg.metrics_host, cfg.metrics_port, worker.readiness))
+            probes = await stack.enter_async_context(ProbeServer(cfg.metrics_host, cfg.metrics_port,
+                                                                 worker.readiness))
         except OSError as exc:
             return _die("captcha-worker run", f"cannot listen on {cfg.metrics_host}:{cfg.metrics_port}: "
                                               f"{exc.strerror}")
+        # the port bound (METRICS_PORT=0: the one the OS chose), as the gateway and the simulator print theirs
+        print(f"captcha-worker run: metrics listening on http://{cfg.metrics_host}:{probes.port}", flush=True)
         if cfg.pingback_url:  # every worker receives callbacks for any worker's solves (the pingback Service)
             try:
                 await stack.enter_async_context(Receiver(worker.queue.redis, cfg.queue, cfg.pingback_host,

@@ -28,7 +28,6 @@ from redis.asyncio import Redis
 from captcha_worker.queue import Keys, RedisQueue, Violation, confirmed, item_ref
 from captcha_worker.task import Result
 from tests import helpers
-from tests.helpers import free_port
 from tests.procs import RedisServer
 
 KEYS = Keys("captcha")
@@ -78,7 +77,7 @@ def rs(tmp_path: Path) -> Iterator[RedisServer]:
     """A redis-server of this test alone (AOF, fsync always), so it may be stopped, killed, starved."""
     d = tmp_path / "redis"
     d.mkdir()
-    server = RedisServer(free_port(), str(d))
+    server = RedisServer(dir=str(d))
     server.start()
     try:
         yield server

@@ -32,7 +32,6 @@ from captcha_worker.methods import Answer, by_name
 from captcha_worker.simulator import SimConfig, SimulatorServer
 from captcha_worker.simulator.app import TaskView
 from tests.clients import compat
-from tests.helpers import free_port
 from tests.procs import GatewayProc, RedisServer, workers
 from tests.sim_helpers import KEY, PingbackReceiver
 
@@ -109,7 +108,7 @@ async def _client(client: compat.Client, url: str, tmp: Path, store: Store,
 async def run_through_gateway(logdir: Path) -> list[compat.Row]:
     with compat.scratch("compat-gw-") as (tmp, ca):
         ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp / "gateway.pem"))
-        redis = RedisServer(free_port(), str(tmp))
+        redis = RedisServer(dir=str(tmp))
         redis.start()
         sim_cfg = SimConfig(speed=compat.SPEED, threads=compat.THREADS * WORKERS, balance=99.0, keys=frozenset({KEY}))
         try:
