@@ -48,6 +48,7 @@ TIERS: dict[str, str] = {
     "tests/test_release_files.py": FAST,
     "tests/test_shares.py": FAST,
     "tests/test_shares_flood.py": INTEGRATION,  # a gateway, two workers, a flood and a kill (~50 s)
+    "tests/test_service.py": FAST,  # the service lifecycle: sites, signals, the gateway's start
     "tests/test_simulator.py": FAST,
     "tests/test_providers_config.py": FAST,
     "tests/test_spend.py": FAST,

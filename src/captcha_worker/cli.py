@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -42,6 +42,7 @@ from captcha_worker.output import Progress, outcome_json
 from captcha_worker.overflow import parse_label
 from captcha_worker.pingback import Receiver
 from captcha_worker.queue import AuditCheck, DeadLetter, RedisQueue, confirmed, item_ref
+from captcha_worker.service import on_signals
 from captcha_worker.spend import Spend, SpendState
 from captcha_worker.task import payload_view
 from captcha_worker.worker import open_worker
@@ -63,23 +64,21 @@ def run_command(main: Coroutine[Any, Any, T]) -> T:
 
 async def _interruptible(main: Coroutine[Any, Any, T]) -> T:
     task = asyncio.ensure_future(main)
-    loop = asyncio.get_running_loop()
     interrupted = asyncio.Event()
 
     def interrupt() -> None:
         interrupted.set()
         task.cancel()
 
-    loop.add_signal_handler(signal.SIGINT, interrupt)
     waiter = asyncio.ensure_future(interrupted.wait())
     try:
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        while not task.done():  # interrupted
-            task.cancel()
-            await asyncio.wait({task}, timeout=RECANCEL_S)
+        with on_signals(interrupt, (signal.SIGINT,)):
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            while not task.done():  # interrupted
+                task.cancel()
+                await asyncio.wait({task}, timeout=RECANCEL_S)
     finally:
         waiter.cancel()
-        loop.remove_signal_handler(signal.SIGINT)
     if interrupted.is_set():
         if not task.cancelled():
             task.exception()  # retrieved: an error while stopping is not reported over the interrupt
@@ -97,15 +96,13 @@ def _die(prog: str, message: str) -> int:
     return EXIT_CONFIG
 
 
-def _stop_on_signals(stop: asyncio.Event, hard: asyncio.Event) -> None:
+def _stop_on_signals(stop: asyncio.Event, hard: asyncio.Event) -> AbstractContextManager[None]:
     """First SIGTERM/SIGINT: graceful stop. Second: cut the drain short."""
-    loop = asyncio.get_running_loop()
 
     def handler() -> None:
         (hard if stop.is_set() else stop).set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, handler)
+    return on_signals(handler)
 
 
 def producer_config(ns: argparse.Namespace) -> ProducerConfig:
@@ -145,7 +142,11 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 async def _run_worker(cfg: WorkerConfig) -> int:
     stop, hard = asyncio.Event(), asyncio.Event()
-    _stop_on_signals(stop, hard)
+    with _stop_on_signals(stop, hard):
+        return await _serve_worker(cfg, stop, hard)
+
+
+async def _serve_worker(cfg: WorkerConfig, stop: asyncio.Event, hard: asyncio.Event) -> int:
     async with open_worker(cfg) as worker, AsyncExitStack() as stack:
         try:
             probes = await stack.enter_async_context(ProbeServer(cfg.metrics_host, cfg.metrics_port,

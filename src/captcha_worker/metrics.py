@@ -24,6 +24,7 @@ from prometheus_client import (
 )
 
 from captcha_worker import __version__, codes, methods
+from captcha_worker.service import Site
 
 PREFIX = "captcha_solver_"
 
@@ -205,27 +206,21 @@ class ProbeServer:
                  registry: CollectorRegistry = REGISTRY) -> None:
         self.host, self.port, self._ready = host, port, ready
         self._registry = registry
-        self._runner: web.AppRunner | None = None
+        self._site: Site | None = None
 
     async def __aenter__(self) -> ProbeServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        try:
-            await web.TCPSite(self._runner, self.host, self.port).start()
-        except OSError:
-            await self._runner.cleanup()  # __aexit__ is not called when __aenter__ raises
-            raise
-        if self.port == 0:  # the port the OS chose
-            self.port = int(self._runner.addresses[0][1])
+        self._site = Site(app, self.host, self.port, access_log=None)
+        await self._site.start()
+        self.port = self._site.port  # the port the OS chose, when 0
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._site is not None:
+            await self._site.stop()
 
     async def _metrics(self, _: web.Request) -> web.Response:
         resp = web.Response(body=generate_latest(self._registry))

@@ -58,6 +58,7 @@ from captcha_worker import metrics
 from captcha_worker.connection import Client, refusal
 from captcha_worker.log import event
 from captcha_worker.methods import Answer
+from captcha_worker.service import Site
 from captcha_worker.store.keys import Keys
 from captcha_worker.store.scripts import SlotScript, lua
 
@@ -240,7 +241,7 @@ class Receiver:
     def __init__(self, redis: Client, queue: str, host: str, port: int) -> None:
         self.keys, self.host, self.port = PingbackKeys(queue), host, port
         self._receive = SlotScript(redis, _RECEIVE)
-        self._runner: web.AppRunner | None = None
+        self._site: Site | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024)
@@ -249,20 +250,14 @@ class Receiver:
         return app
 
     async def __aenter__(self) -> Receiver:
-        self._runner = web.AppRunner(self.app(), access_log=None, max_line_size=32768, handle_signals=False)
-        await self._runner.setup()
-        try:
-            await web.TCPSite(self._runner, self.host, self.port).start()
-        except OSError:
-            await self._runner.cleanup()
-            raise
-        if self.port == 0:
-            self.port = int(self._runner.addresses[0][1])
+        self._site = Site(self.app(), self.host, self.port, access_log=None, max_line_size=32768)
+        await self._site.start()
+        self.port = self._site.port
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._site is not None:
+            await self._site.stop()
 
     async def handle(self, request: web.Request) -> web.Response:
         outcome = await self._outcome(request)

@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import ssl
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
-
-from aiohttp import web
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from captcha_worker import log
 from captcha_worker.captchaai import CaptchaAI, RetryPolicy
@@ -31,6 +27,7 @@ from captcha_worker.gateway.results import ResultReader, share_loop
 from captcha_worker.gateway.tenants import Tenants
 from captcha_worker.keyfile import KeyFileWatcher
 from captcha_worker.metrics import ProbeServer
+from captcha_worker.service import Site, on_signals
 from captcha_worker.tls import tls_context
 
 _log = logging.getLogger("captcha_worker.gateway")
@@ -58,32 +55,40 @@ class GatewayServer:
 
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[None]:
+        """Start everything, each part on the exit stack as soon as it runs: a start that fails half-way stops
+        what it had started. Stopping: the loops are told first, the API stops accepting and lets requests finish
+        (5 s; a solve.php waiting for its result still gets it from the reader), then the loops are awaited and the
+        rest closes."""
         cfg = self.cfg
-        redis = connect(cfg.redis, client_name="captcha-gateway")
-        producer = CaptchaQueue(redis, queue=cfg.queue, producer_id=REPLY_TO, task_ttl=cfg.task_ttl_seconds,
-                                max_task_bytes=cfg.max_task_bytes, display_url=cfg.redis.display_url())
-        callbacks = Callbacks(timeout_s=cfg.callback_timeout_seconds, attempts=cfg.callback_attempts)
-        upstream = CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=10, retry=RetryPolicy(transient_attempts=2)) \
-            if cfg.api_key else None
-        tenants = Tenants(cfg.tenants)
-        gateway = self.gateway = Gateway(cfg, producer, tenants, upstream=upstream)
-        gm.init((t.name, t.threads, t.reserved) for t in cfg.tenants)
-        gm.READY.set(1)
-        await callbacks.start()
-        if upstream is not None:
-            await upstream.__aenter__()
-        app = gateway.make_app()
-        JsonApi(gateway).add_routes(app)
-        api = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0,
-                            logger=log.RequestErrorLogger(_http_log, "http_error"))
-        probes = ProbeServer(cfg.metrics_host, cfg.metrics_port, gateway.health.readiness, registry=gm.REGISTRY)
-        try:
-            await api.setup()
+        async with AsyncExitStack() as stack:
+            redis = connect(cfg.redis, client_name="captcha-gateway")
+            stack.push_async_callback(redis.aclose)
+            producer = CaptchaQueue(redis, queue=cfg.queue, producer_id=REPLY_TO, task_ttl=cfg.task_ttl_seconds,
+                                    max_task_bytes=cfg.max_task_bytes, display_url=cfg.redis.display_url())
+            stack.push_async_callback(producer.close)
+            upstream = None
+            if cfg.api_key:
+                upstream = CaptchaAI(cfg.api_key, cfg.api_url, http_timeout_s=10,
+                                     retry=RetryPolicy(transient_attempts=2))
+                await stack.enter_async_context(upstream)
+            callbacks = Callbacks(timeout_s=cfg.callback_timeout_seconds, attempts=cfg.callback_attempts)
+            await callbacks.start()
+            stack.push_async_callback(callbacks.stop)
+            tenants = Tenants(cfg.tenants)
+            gateway = self.gateway = Gateway(cfg, producer, tenants, upstream=upstream)
+            gm.init((t.name, t.threads, t.reserved) for t in cfg.tenants)
+            gm.READY.set(1)
+            app = gateway.make_app()
+            JsonApi(gateway).add_routes(app)
+            probes = await stack.enter_async_context(
+                ProbeServer(cfg.metrics_host, cfg.metrics_port, gateway.health.readiness, registry=gm.REGISTRY))
+            stack.push_async_callback(self._join_loops)
             tls = tls_context(cfg.tls_cert_file, cfg.tls_key_file) if cfg.tls_cert_file else None
-            await web.TCPSite(api, cfg.host, cfg.port, ssl_context=tls).start()
-            await probes.__aenter__()
-            self.metrics_port = probes.port
-            self.url = _url(cfg.host, int(api.addresses[0][1]), tls)
+            api = await stack.enter_async_context(
+                Site(app, cfg.host, cfg.port, tls=tls, access_log=None, shutdown_timeout=5.0,
+                     logger=log.RequestErrorLogger(_http_log, "http_error")))
+            stack.callback(self._closing.set)
+            self.metrics_port, self.url = probes.port, api.url
             reader = ResultReader(gateway, callbacks)
             self._tasks = [asyncio.create_task(reader.run(self._closing)),
                            asyncio.create_task(share_loop(gateway, self._closing))]
@@ -94,38 +99,23 @@ class GatewayServer:
                 self._tasks.append(asyncio.create_task(plan_key_loop(watcher, cfg.key_reload_seconds,
                                                                      self._closing)))
             yield
-        finally:
-            self._closing.set()
-            await api.cleanup()
-            if self._tasks:  # the reader returns within its BLPOP's timeout: a result it popped is still handled
-                _, stuck = await asyncio.wait(self._tasks, timeout=3)
-                for t in stuck:
-                    t.cancel()
-            await probes.__aexit__(None, None, None)
-            await callbacks.stop()
-            if upstream is not None:
-                await upstream.__aexit__(None, None, None)
-            await producer.close()
-            await redis.aclose()
 
-
-def _url(host: str, port: int, tls: ssl.SSLContext | None) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host  # noqa: S104 - only how the URL is printed
-    shown = f"[{shown}]" if ":" in shown else shown
-    return f"{'https' if tls else 'http'}://{shown}:{port}"
+    async def _join_loops(self) -> None:
+        """The reader returns within its BLPOP's timeout (a result it popped is still handled); 3 s, then cancel."""
+        if self._tasks:
+            _, stuck = await asyncio.wait(self._tasks, timeout=3)
+            for t in stuck:
+                t.cancel()
 
 
 async def serve(cfg: GatewayConfig) -> None:
     """Serve until SIGTERM or SIGINT; prints one line with the URL."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-    async with GatewayServer(cfg) as server:
-        print(f"captcha-worker gateway listening on {server.url} (metrics on port {server.metrics_port})",
-              flush=True)
-        log.event(_log, "gateway_started", url=server.url, queue=cfg.queue, tenants=len(cfg.tenants),
-                  shares={t.name: t.threads for t in cfg.tenants}, upstream_reports=bool(cfg.api_key))
-        await stop.wait()
+    with on_signals(stop.set):
+        async with GatewayServer(cfg) as server:
+            print(f"captcha-worker gateway listening on {server.url} (metrics on port {server.metrics_port})",
+                  flush=True)
+            log.event(_log, "gateway_started", url=server.url, queue=cfg.queue, tenants=len(cfg.tenants),
+                      shares={t.name: t.threads for t in cfg.tenants}, upstream_reports=bool(cfg.api_key))
+            await stop.wait()
     log.event(_log, "gateway_stopped")
