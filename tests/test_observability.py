@@ -826,7 +826,7 @@ NO_SAMPLES_YET = {"captcha_solver_cost_total": "only workers with PROVIDERS rout
                   "captcha_solver_provider_balance": "only workers with PROVIDERS poll it; the lab runs none yet",
                   "captcha_solver_spend": "only workers with PROVIDERS read the spend windows; the lab runs none yet",
                   "captcha_solver_spend_cap": "only workers with PROVIDERS export their cap; the lab runs none yet",
-                  "captcha_solver_breaker_open": "the routing's breakers set it (issue 27, not built yet)"}
+                  "captcha_solver_breaker_open": "only workers with PROVIDERS run a breaker; the lab runs none yet"}
 
 
 def test_dashboard_and_rules_use_only_exported_metrics(lab: Lab, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ FAST, INTEGRATION, CHAOS, RELEASE = "fast", "integration", "chaos", "release"
 TIERS: dict[str, str] = {
     "tests/test_bench_smoke.py": INTEGRATION,  # every benchmark in smoke mode (~200 s)
     "tests/test_audit.py": FAST,
+    "tests/test_breaker.py": FAST,
     "tests/test_captchaai.py": FAST,
     "tests/test_cli.py": FAST,  # the CLI as processes against one stack (~70 s)
     "tests/test_codes.py": FAST,

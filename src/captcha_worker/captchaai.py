@@ -235,6 +235,8 @@ class CaptchaAI:
         self._session: aiohttp.ClientSession | None = None
         self._latency: dict[str, LatencyModel] = {}
         self.pingback = pingback  # pingback mode (PINGBACK_URL): callbacks answer, polls are the fallback
+        #: told the outcome code of every request (OK, CAPCHA_NOT_READY, an error code): the worker's breaker
+        self.observe: Callable[[str], None] | None = None
 
     def set_key(self, key: Secret) -> None:
         """Use `key` from the next request on (a rotated key: keyfile.watch_key_file); requests in flight finish
@@ -288,6 +290,8 @@ class CaptchaAI:
         finally:
             metrics.API_REQUESTS.labels(endpoint, metrics.code_label(code)).inc()
             metrics.API_LATENCY.labels(endpoint).observe(time.monotonic() - started)
+            if self.observe is not None:
+                self.observe(code)
 
     async def _call(self, path: str, endpoint: str, fields: Mapping[str, str], *,
                     file: tuple[str, bytes] | None = None, stats: SolveStats | None = None,

@@ -110,6 +110,10 @@ class Host(Protocol):
 
     def route(self, task: Task, job: Job) -> ProviderConfig | None: ...
 
+    def overflow_mode(self) -> bool: ...
+
+    def may_solve(self) -> bool: ...
+
     def provider_slot(self, provider: str) -> asyncio.Semaphore: ...
 
     async def drop_unit(self, job: Job) -> None: ...
@@ -230,7 +234,7 @@ class JobRunner:
         elif task.expired(time.time()):
             await self._finish(job, task, Result(task.id, Status.EXPIRED, code=Code.DEADLINE_PASSED,
                                                  text="the task's deadline passed before it was solved"))
-        elif not self.host.running:
+        elif not self.host.may_solve():
             # a blocking claim that returned just as the worker stopped (fatal error, SIGTERM): give it back
             await self._release(job, failure=False, front=True, why=f"worker {self.host.phase_name()}")
         else:
@@ -291,6 +295,12 @@ class JobRunner:
         if provider is not None:
             await self._solve_paid(job, task, provider)
             return
+        if task.kind.captchaai and (job.unit is None or not self.host.running):
+            # claimed for overflow (no plan-thread unit), or CaptchaAI is out (FATAL), and no provider takes it
+            metrics.RETRIES.labels("requeue").inc()
+            await self._release(job, failure=False, front=False, why=f"no provider takes {task.kind.name} while "
+                                "CaptchaAI is out")
+            return
         if not task.kind.captchaai:  # accepted by a worker whose provider took it; none here does
             await self._bury(job, f"{methods.UNSUPPORTED.get(task.method.lower(), task.kind.title)} and no "
                              "provider of PROVIDERS takes it", Code.UNSUPPORTED_METHOD, task_id=task.id,
@@ -317,7 +327,7 @@ class JobRunner:
             await self._retry_later(job, task, exc.code)
             return
         except SolveTimeout:
-            await self._timed_out(job, task)
+            await self._timed_out(job, task, outage=self.host.overflow_mode())
             return
         finally:
             metrics.IN_FLIGHT.dec()
@@ -344,7 +354,7 @@ class JobRunner:
                                                     tenant=task.tenant or "")
                     break
                 except OverCap:
-                    if time.time() + pause >= deadline or not self.host.running:
+                    if time.time() + pause >= deadline or not self.host.may_solve():
                         await self._capped(job, task)
                         return
                     await asyncio.sleep(pause)
@@ -371,10 +381,15 @@ class JobRunner:
             metrics.RETRIES.labels("requeue").inc()
             await self._release(job, failure=False, front=False, why="spend cap reached")
 
-    async def _timed_out(self, job: Job, task: Task) -> None:
+    async def _timed_out(self, job: Job, task: Task, *, outage: bool = False) -> None:
+        """`outage`: CaptchaAI's breaker is open (its polls went unanswered): no failure of the task's, it goes
+        back to be solved at a provider."""
         if task.expired(time.time()):
             await self._finish(job, task, Result(task.id, Status.EXPIRED, code=Code.DEADLINE_PASSED,
                                                  text="the task's deadline passed while it was being solved"))
+        elif outage:
+            metrics.RETRIES.labels("requeue").inc()
+            await self._release(job, failure=False, front=False, why="no answer from CaptchaAI (breaker open)")
         elif job.stats.polls == 0:
             # never got a thread: capacity is not the task's fault, so no failure is counted
             metrics.RETRIES.labels("requeue").inc()
@@ -384,6 +399,10 @@ class JobRunner:
                                                  text=describe(Code.SOLVE_TIMEOUT)))
 
     async def _retry_later(self, job: Job, task: Task, code: str) -> None:
+        if self.host.overflow_mode():  # CaptchaAI's breaker is open: the outage is not the task's fault
+            metrics.RETRIES.labels("requeue").inc()
+            await self._release(job, failure=False, front=False, why=f"{code} (CaptchaAI's breaker open)")
+            return
         if job.attempt >= self.cfg.max_attempts:
             await self._give_up(job, task, job.attempt, code)
         else:

@@ -83,7 +83,7 @@ class Overflow:
         """Reserve, solve at `provider`, settle, per round; raises OverCap, or what CaptchaAI.solve raises. The
         ledger's label is ``<provider>|<kind>``, with the task's tenant ``<provider>|<kind>|<tenant>``."""
         api, price = self.clients[provider.name], provider.price_micro(kind.name)
-        ttl_s = api.solve_window(kind) + _EXPIRY_MARGIN_S
+        ttl_s = api.solve_window(kind) + _EXPIRY_MARGIN_S / api.poll_scale  # (API_TIME_SCALE, like the window)
         label = ledger_label(provider.name, kind.name, tenant)
         total, rounds, n = 0, unsolvable_retries + 1, 0
         for round_ in range(rounds):

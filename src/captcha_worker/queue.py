@@ -283,13 +283,15 @@ class RedisQueue:
 
     async def claim_reply(self, n: int, *, lease_s: float, max_bytes: int = DEFAULT_MAX_TASK_BYTES,
                           dead_max: int = DEFAULT_DEAD_LETTER_MAX, compat_list: str | None = None, worker: str = "",
-                          limit: int = UNLIMITED) -> ClaimReply:
-        """`claim`, with the budget as the script saw it (`limit`: the caller's own, see ``budget``)."""
+                          limit: int = UNLIMITED, no_unit: bool = False) -> ClaimReply:
+        """`claim`, with the budget as the script saw it (`limit`: the caller's own, see ``budget``). `no_unit`:
+        items from pending only, none taking a budget unit (an overflow provider solves them, ``job``)."""
         k = self.keys
         keys = [k.pending, k.processing, k.leases, k.orphans, k.dead, k.budget, k.limits, k.tenants,
-                *([compat_list] if compat_list else [])]
-        reply = await self._runner.eval_raw(self._claim, keys,
-                                     [n, *self._claim_args(lease_s, max_bytes, dead_max, worker, limit)])
+                *([compat_list] if compat_list and not no_unit else [])]
+        reply = await self._runner.eval_raw(self._claim, keys, [n, *self._claim_args(lease_s, max_bytes, dead_max,
+                                                                                     worker, limit),
+                                                                *(["1"] if no_unit else [])])
         return claim_reply(reply)
 
     async def claim_blocking(self, *, timeout_s: float, lease_s: float, max_bytes: int = DEFAULT_MAX_TASK_BYTES,

@@ -45,7 +45,8 @@ from redis import exceptions as rexc
 
 from captcha_worker import log as logs
 from captcha_worker import methods, metrics
-from captcha_worker.captchaai import CaptchaAI, FatalApiError, RetryPolicy, TaskFailed, TransientError
+from captcha_worker.breaker import Breaker, Policy, State
+from captcha_worker.captchaai import CapacityError, CaptchaAI, FatalApiError, RetryPolicy, TaskFailed, TransientError
 from captcha_worker.codes import Code
 from captcha_worker.config import ProviderConfig, Secret, WorkerConfig
 from captcha_worker.connection import Client, Refusal, connect, describe_refusal, is_cross_slot, refusal
@@ -102,6 +103,12 @@ class Worker:
                                   if overflow is not None and overflow.provider_for(k.name) is not None)
         self._provider_slots = {p.name: asyncio.Semaphore(p.concurrency)
                                 for p in (overflow.config.providers if overflow is not None else ())}
+        #: overflow claims at once (no unit): the routable providers' concurrency
+        self._paid_capacity = sum(p.concurrency for p in overflow.config.providers
+                                  if p.name in overflow.clients) if overflow is not None else 0
+        #: CaptchaAI's circuit breaker: only with PROVIDERS (overflow off: nothing to break to)
+        self.breaker = Breaker(Policy.scaled(cfg.time_scale, cfg.http_timeout_seconds),
+                               on_change=self._breaker_changed) if overflow is not None else None
         self.queue = RedisQueue(redis, cfg.queue, wait_replicas=cfg.redis.wait_replicas,
                                 wait_timeout_ms=cfg.redis.wait_timeout_ms)
         self.id = worker_id or default_worker_id()
@@ -148,12 +155,34 @@ class Worker:
 
     def route(self, task: Task, job: Job) -> ProviderConfig | None:
         """Where `task` is solved: None for CaptchaAI (the plan), else the per-solve provider. A kind CaptchaAI
-        does not solve goes to the provider that takes it."""
+        does not solve goes to the provider that takes it; so does any task while CaptchaAI is out (its breaker
+        not closed, or FATAL) or claimed without a unit for overflow."""
         if self._overflow is None:
             return None
-        if not task.kind.captchaai:
+        if not task.kind.captchaai or job.unit is None or self.overflow_mode():
             return self._overflow.provider_for(task.kind.name)
         return None
+
+    def overflow_mode(self) -> bool:
+        """CaptchaAI is out: its breaker is open or half-open, or a fatal API error stopped the plan's claims."""
+        b = self.breaker
+        return b is not None and (self.phase is Phase.FATAL or not b.closed())
+
+    def may_solve(self) -> bool:
+        """Jobs may start solving: RUNNING, or FATAL with overflow providers to solve at."""
+        return self.phase is Phase.RUNNING or (self.phase is Phase.FATAL and self.breaker is not None)
+
+    def _breaker_changed(self, old: State, new: State, why: str) -> None:
+        metrics.BREAKER_OPEN.labels("captchaai").set(0 if new is State.CLOSED else 1)
+        event(log, "captchaai_breaker", logging.WARNING if new is State.OPEN else logging.INFO, state=new.value,
+              was=old.value, why=why)
+        self._wake.set()
+
+    def _paid_jobs(self) -> int:
+        """Jobs solving (or about to) at a provider: claimed without a unit, or their unit given back."""
+        if self._overflow is None:
+            return 0
+        return sum(1 for j in self._jobs.values() if j.unit is None or j.unit_dropped)
 
     def provider_slot(self, provider: str) -> asyncio.Semaphore:
         """A provider's concurrency in this process (``concurrency`` of its PROVIDERS entry)."""
@@ -212,7 +241,7 @@ class Worker:
         await self._register()  # before any claim: a lower limit applies to every worker at once
         loops = [asyncio.create_task(self._supervise(name, fn)) for name, fn in (
             ("plan", self._plan_loop), ("heartbeat", self._heartbeat_loop), ("reaper", self._reaper_loop),
-            ("reports", self._report_loop))]
+            ("reports", self._report_loop), *([("breaker", self._breaker_loop)] if self.breaker else []))]
         claimer = asyncio.create_task(self._supervise("claimer", self._claim_loop, ends_with_stop=True))
         self._started = True
         self._set_ready_gauge()
@@ -359,7 +388,7 @@ class Worker:
     def _room(self) -> int:
         if self.phase is not Phase.RUNNING:
             return 0
-        return self.cfg.concurrency - len(self._jobs)
+        return self.cfg.concurrency - (len(self._jobs) - self._paid_jobs())
 
     def _claim_limits(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -371,6 +400,9 @@ class Worker:
             await asyncio.wait_for(self._plan_read.wait(), PLAN_WAIT_S)
         full_wait = 0.02
         while not self._stop.is_set():
+            if self.overflow_mode():
+                await self._claim_for_overflow()
+                continue
             room = self._room()
             if room <= 0:
                 self._contended = self.last_pending > 0
@@ -389,6 +421,36 @@ class Worker:
                 full_wait = min(full_wait * 2, 0.2)
             else:
                 await self._claim_blocking()
+
+    async def _claim_for_overflow(self) -> None:
+        """CaptchaAI is out: claim from pending without units, up to the providers' concurrency."""
+        room = self._paid_capacity - self._paid_jobs()
+        if room <= 0:
+            await self._wait_wake(0.2)
+            return
+        reply = await self._redis_claim("claim_overflow", self.queue.claim_reply, room, no_unit=True,
+                                        **self._claim_limits())
+        if reply is None:
+            return
+        for c in reply.items:
+            self._start(c)
+        if not reply.items:
+            await self._wait_wake(0.1)
+
+    async def _breaker_loop(self) -> None:
+        """The breaker's half-open probe: one threadsinfo when due; it answering closes the breaker."""
+        breaker = self.breaker
+        assert breaker is not None
+        metrics.BREAKER_OPEN.labels("captchaai").set(0 if breaker.closed() else 1)
+        while not await self._pause(0.1):
+            if not breaker.probe_due():
+                continue
+            try:
+                await self.api.threadsinfo()
+            except (FatalApiError, TransientError, TaskFailed, CapacityError) as exc:
+                breaker.probed(False, exc.code)
+            else:
+                breaker.probed(True)
 
     async def _wait_wake(self, timeout_s: float) -> None:
         self._wake.clear()
@@ -665,6 +727,8 @@ async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> Asy
             if cfg.providers is not None:  # provider clients, their key files, balances and spend (the operator's view)
                 overflow = (await stack.enter_async_context(ProviderPool(cfg, redis))).overflow
             worker, reload = Worker(cfg, redis, api, worker_id=worker_id, overflow=overflow), None
+            if worker.breaker is not None:  # every CaptchaAI request's outcome feeds the breaker
+                api.observe = worker.breaker.record
             if cfg.api_key_file:  # a key rotated in its Secret reaches this process without a restart
                 def rotate(key: Secret) -> None:
                     api.set_key(key)

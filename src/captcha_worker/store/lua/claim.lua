@@ -3,7 +3,8 @@
 -- KEYS[1] pending  KEYS[2] processing  KEYS[3] leases  KEYS[4] orphans  KEYS[5] dead  KEYS[6] budget  KEYS[7] limits
 -- KEYS[8] tenants  KEYS[9] compat list (absent when off)
 -- ARGV[1] max items  ARGV[2] lease s  ARGV[3] task key prefix  ARGV[4] result key prefix  ARGV[5] max item bytes
--- ARGV[6] dead cap  ARGV[7] worker  ARGV[8] its limit  ARGV[9] waiting key prefix
+-- ARGV[6] dead cap  ARGV[7] worker  ARGV[8] its limit  ARGV[9] waiting key prefix  ARGV[10] '1': claim without
+-- budget units, from pending only (for overflow providers: their solves hold no plan thread)
 -- Returns {effective limit, units in use, stop reason (shares.STOP_*), tasks waiting (pending and the tenants'
 -- waiting lists), {lease() fields, flattened}}.
 --! include now
@@ -13,7 +14,7 @@ local pending, processing, compat = KEYS[1], KEYS[2], KEYS[9]
 local c = claim_ctx({processing = processing, leases = KEYS[3], orphans = KEYS[4], dead = KEYS[5],
                      budget = KEYS[6], limits = KEYS[7]},
                     {lease_s = ARGV[2], task_prefix = ARGV[3], result_prefix = ARGV[4], max_bytes = ARGV[5],
-                     dead_cap = ARGV[6], worker = ARGV[7], limit = ARGV[8]})
+                     dead_cap = ARGV[6], worker = ARGV[7], limit = ARGV[8], no_unit = ARGV[10]})
 local s = shares_open({tenants = KEYS[8], waiting = ARGV[9]}, c.b)
 local wanted = tonumber(ARGV[1])
 local out, stop = {}, STOP_NONE
@@ -23,7 +24,7 @@ local function quick(b)
 end
 for _ = 1, wanted do
   local source, tenant = pending, NO_TENANT
-  if not quick(c.b) then
+  if not (c.no_unit or quick(c.b)) then
     shares_sort(s, c.b, pending)
     local head = pending
     if compat and redis.call('LLEN', pending) == 0 then head = compat end

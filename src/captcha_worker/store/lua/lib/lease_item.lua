@@ -38,7 +38,8 @@ local function lease(c, item)
   if not body or #body == 0 then return leased(c, item, FLAG_NONE) end
   if #body > c.max_bytes then return leased(c, item, FLAG_BODY_TOO_LARGE) end
   local unit = UNIT_PREFIX .. item
-  if budget_take(c.b, unit, c.lease_s) == BUDGET_FULL then return nil end
+  if c.no_unit then unit = false  -- claimed for an overflow provider: no plan thread
+  elseif budget_take(c.b, unit, c.lease_s) == BUDGET_FULL then return nil end
   leased(c, item, FLAG_NONE)
   redis.call('HSET', task, 'owner', c.worker)
   local left = false
@@ -50,6 +51,7 @@ local function claim_ctx(k, a)
           any_orphans = redis.call('EXISTS', k.orphans) == 1,  -- almost never: no ZREM per item then
           lease_s = tonumber(a.lease_s), task_prefix = a.task_prefix, result_prefix = a.result_prefix,
           max_bytes = tonumber(a.max_bytes), dead_cap = tonumber(a.dead_cap), worker = a.worker,
+          no_unit = a.no_unit == '1',
           b = budget_open({units = k.budget, limits = k.limits, own = tonumber(a.limit)})}
 end
 -- luacheck: pop
