@@ -7,6 +7,8 @@ until the other has landed, against a real redis-server, the real simulator and 
    owner's item, lease or unit.
 4. A durable write (REDIS_WAIT_REPLICAS) is confirmed only by a WAIT on the connection, and node, that ran it
    (Redis Cluster): a batch whose connection fails after the write is reported unconfirmed and run again.
+5. Delivered once across a failover: a result read from a master before it was replicated, then pushed again by
+   the worker's ACK retried on the new master, reaches the producer's application once (idempotent by id).
 """
 
 from __future__ import annotations
@@ -284,3 +286,65 @@ async def test_an_ack_batch_run_again_is_a_no_op_that_reports_the_same_outcome(r
     assert await q.ack_many([other], result_ttl=60, reply_ttl=60) == [False], "another result is a duplicate"
     assert await redis.hget(q.keys.task("a"), "captcha_id") == "c1"
     assert await redis.zcard(q.keys.budget) == 0 and await redis.llen(q.keys.processing) == 0
+
+
+async def test_a_result_pushed_again_after_a_lost_ack_reaches_the_producer_once(
+        redis: Redis, redis_server: Any) -> None:
+    """Item 4 of issue 23, forced on one real redis-server: the ACK's result and reply land on a master, the
+    producer reads the reply, then the master dies before replicating them. The new master is the state before the
+    ACK (emulated: the keys the ACK wrote restored from DUMPs taken before it); the worker's ACK, unconfirmed, runs
+    again there, wins SET NX again and pushes the same result again. The producer hands it over once."""
+    q = CaptchaQueue.from_url(redis_server.url, producer_id="p-dup")
+    handed: list[str] = []
+    original = q._deliver
+
+    def deliver(result: Result) -> None:
+        handed.append(result.id)
+        original(result)
+
+    q._deliver = deliver  # type: ignore[method-assign]
+    async with q:
+        (tid,) = await q.submit_many([{"method": "turnstile", "params": TURNSTILE}])
+        (c,) = await q.queue.claim(1, lease_s=60, worker="w")
+        k = q.keys
+        written = [k.processing, k.leases, k.budget, k.task(tid), k.result(tid), k.reply("p-dup")]
+        before = {key: await redis.dump(key) for key in written}  # what a lagging replica has: up to the claim
+        ack = Ack(c.item, Result(tid, Status.SOLVED, solution="tok"), "p-dup", unit=c.unit, worker="w")
+        waiting = asyncio.ensure_future(q.result(tid, timeout=30))
+        assert await q.queue.ack_many([ack], result_ttl=60, reply_ttl=60) == [True]
+        first = await waiting
+        assert isinstance(first, Solved) and first.token == "tok"
+        for key, dumped in before.items():  # the failover: the new master never saw the ACK
+            await redis.delete(key)
+            if dumped is not None:
+                await redis.restore(key, 0, dumped)
+        assert await q.queue.ack_many([ack], result_ttl=60, reply_ttl=60) == [True], "the retry wins SET NX again"
+        for _ in range(500):  # until the listener took the second push (handed over, or dropped)
+            if len(handed) + getattr(q, "duplicates_dropped", 0) >= 2:
+                break
+            await asyncio.sleep(0.02)
+    assert handed == [tid], f"the producer was handed the result {len(handed)} times"
+    assert q.duplicates_dropped == 1 and not await redis.exists(k.reply("p-dup"))
+
+
+async def test_a_different_result_of_the_same_id_is_still_news(redis: Redis, redis_server: Any) -> None:
+    """Idempotent by result, not by id alone: a dead letter requeued and solved notifies its producer again."""
+    q = CaptchaQueue.from_url(redis_server.url, producer_id="p-news")
+    handed: list[Result] = []
+    original = q._deliver
+
+    def deliver(result: Result) -> None:
+        handed.append(result)
+        original(result)
+
+    q._deliver = deliver  # type: ignore[method-assign]
+    async with q:
+        q._ensure_listener()
+        failed = Result("t-news", Status.ERROR, code="MAX_ATTEMPTS_EXCEEDED").to_json()
+        solved = Result("t-news", Status.SOLVED, solution="tok").to_json()
+        await redis.rpush(q.keys.reply("p-news"), failed, failed, solved)
+        for _ in range(500):
+            if len(handed) + q.duplicates_dropped >= 3:
+                break
+            await asyncio.sleep(0.02)
+    assert [r.status for r in handed] == [Status.ERROR, Status.SOLVED] and q.duplicates_dropped == 1

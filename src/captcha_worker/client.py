@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import hashlib
 import os
 import random
 import secrets
@@ -53,6 +54,10 @@ from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_tas
 
 T = TypeVar("T")
 _ARRIVED_MAX = 10_000
+#: ids whose result this producer handed over, kept to drop a second notification of the same task (a failover
+#: can push one twice: docs/reliability.md). As many as a busy producer notifies in DELIVERED_KEEP_S at most.
+DELIVERED_MAX = 200_000
+DELIVERED_KEEP_S = 900.0
 SUBMIT_RETRY_S = 30.0  # how long a submit keeps retrying a push Redis did not answer (idempotent, so safe)
 
 
@@ -241,6 +246,11 @@ class CaptchaQueue:
         self._lookups: dict[str, list[asyncio.Future[Text | Lookup]]] = {}
         self._lookup_task: asyncio.Task[None] | None = None
         self._own: set[str] = set()  # submitted here, result not yet notified
+        #: id -> (when notified, monotonic; the notification's SHA-256), oldest first
+        self._delivered: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        #: second notifications of one result, dropped: read from a master before it was replicated, and pushed
+        #: again by the worker's ACK retried on the new master
+        self.duplicates_dropped = 0
         self._foreign_task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -422,7 +432,27 @@ class CaptchaQueue:
                 result = Result.from_json(item[1])
             except (ValueError, KeyError, TypeError):
                 continue
+            if self._notified_before(result.id, item[1]):
+                self.duplicates_dropped += 1
+                continue
             self._deliver(result)
+
+    def _notified_before(self, task_id: str, text: str | bytes) -> bool:
+        """Whether this producer was handed this very notification already (the same result of the same task);
+        records it if not. A failover with a reader ahead of replication pushes one result twice: the reply was
+        read from the old master, and the worker's ACK, unconfirmed, ran again on the new one with the same result.
+        The application hears of it once. A different result of the same id is news (a dead letter requeued and
+        solved; or, rarer, a task solved again after a lost claim: docs/reliability.md)."""
+        raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+        now, digest = time.monotonic(), hashlib.sha256(raw).digest()
+        seen = self._delivered
+        while seen and (len(seen) >= DELIVERED_MAX or now - next(iter(seen.values()))[0] > DELIVERED_KEEP_S):
+            seen.popitem(last=False)
+        if seen.get(task_id, (0.0, b""))[1] == digest:
+            return True
+        seen.pop(task_id, None)
+        seen[task_id] = (now, digest)
+        return False
 
     def _deliver(self, result: Result) -> None:
         self._own.discard(result.id)

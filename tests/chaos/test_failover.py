@@ -100,6 +100,7 @@ async def _failover_run(scenario: str, redis_env: dict[str, str], tmp_path: Path
                 accepted = [i for i in ids if i not in failed]
                 await _settled(q, seen, accepted)
                 outcomes = await asyncio.gather(*(q.result(i, timeout=2) for i in accepted))
+                dropped = q.duplicates_dropped  # the same result notified again: handed over once (issue 23)
             await asyncio.sleep(1.0)  # let the workers' last acks and heartbeats land before reading metrics
             refusals = _refusals(procs)
             alive = all(p.alive() for p in procs)
@@ -111,7 +112,7 @@ async def _failover_run(scenario: str, redis_env: dict[str, str], tmp_path: Path
     row = Row(scenario, N, sum(isinstance(o, Solved) for o in outcomes), 0, lost, twice, stats["max_in_flight"], 30,
               {"durability": "WAIT 1 500ms" if durable else "off", "lease_s": lease_s, "replicas_lag_s": lag,
                "stuck": stuck,
-               "delivered_twice_different": different,
+               "delivered_twice_different": different, "same_result_notified_again_dropped": dropped,
                "submits_refused": len(failed), "re_solved_at_api": stats["solved"] - (N - len(failed) - lost),
                "results_before_kill": before_kill, "loop_crashes": loop_crashes,
                "redis_refusals": refusals, **notes})
