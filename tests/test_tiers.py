@@ -29,6 +29,7 @@ TIERS: dict[str, str] = {
     "tests/test_gateway_clients.py": INTEGRATION,  # the client libraries through the gateway
     "tests/test_gateway_jsonapi.py": FAST,
     "tests/test_gateway_keys.py": FAST,  # a real gateway process re-reading rotated tenant keys (~5 s)
+    "tests/test_guard.py": FAST,
     "tests/test_jsonapi.py": FAST,
     "tests/test_keyfile.py": FAST,
     "tests/test_methods.py": FAST,

@@ -56,6 +56,7 @@ from aiohttp import web
 
 from captcha_worker import metrics
 from captcha_worker.connection import Client, refusal
+from captcha_worker.guard import Backoff
 from captcha_worker.log import event
 from captcha_worker.methods import Answer
 from captcha_worker.service import Site
@@ -201,7 +202,7 @@ class Hub:
     async def _wake_loop(self) -> None:
         """BLPOP this worker's wake list; every handle popped wakes its solve (handles of solves no longer
         waiting are ignored: a duplicate, or a solve its polls already answered)."""
-        key, delay = self.keys.wake(self.worker), 0.05
+        key, backoff = self.keys.wake(self.worker), Backoff()
         while True:
             try:
                 popped = await self.redis.blpop([key], timeout=1)  # type: ignore[misc]
@@ -210,7 +211,7 @@ class Hub:
                     handles.append(popped[1])
                     more = await self.redis.lpop(key, WAKE_BATCH)  # type: ignore[misc]
                     handles += more or []
-                delay = 0.05
+                backoff.reset()
                 self._set_down(False, "pingback_wake", "")
             except asyncio.CancelledError:
                 raise
@@ -219,8 +220,7 @@ class Hub:
                 if why is not None:
                     metrics.REDIS_ERRORS.labels(why.value).inc()
                 self._set_down(True, "pingback_wake", why.value if why is not None else type(exc).__name__)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(backoff.delay())
                 continue
             for handle in handles:
                 ticket = self._waiting.get(handle)

@@ -49,7 +49,8 @@ from captcha_worker.breaker import Breaker, Policy, State
 from captcha_worker.captchaai import CapacityError, CaptchaAI, FatalApiError, RetryPolicy, TaskFailed, TransientError
 from captcha_worker.codes import Code
 from captcha_worker.config import ProviderConfig, Secret, WorkerConfig
-from captcha_worker.connection import Client, Refusal, connect, describe_refusal, is_cross_slot, refusal
+from captcha_worker.connection import Client, Refusal, connect, is_cross_slot
+from captcha_worker.guard import RedisGuard
 from captcha_worker.job import Api, Job, JobRunner
 from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
@@ -115,9 +116,8 @@ class Worker:
         self.phase = Phase.RUNNING
         self._started = False  # ready once its limit is registered and its loops and metrics are up
         self.fatal_code: str | None = None
-        self.redis_down: Refusal | None = None  # why Redis cannot serve, while it lasts
-        self._redis_down_since = 0.0
-        self._failing: set[object] = set()  # Redis calls retrying an outage (one token per call)
+        self.redis_guard = RedisGuard(log, metrics.REDIS_ERRORS, on_change=self._set_ready_gauge,
+                                      hint="retrying with backoff; readiness is false")
         self.compat_list = cfg.compat_queue_list  # None after a CROSSSLOT (Redis Cluster): logged once
         self.limit = cfg.threads  # the limit this worker enforces: CAPTCHAAI_THREADS, or the plan's when fewer
         self._registered: int | None = None  # the limit last registered in Redis
@@ -219,6 +219,11 @@ class Worker:
         if self.redis_down is not None:
             return False, f"redis unavailable: {self.redis_down.value}"
         return True, "ready"
+
+    @property
+    def redis_down(self) -> Refusal | None:
+        """Why Redis cannot serve, while it lasts."""
+        return self.redis_guard.down
 
     @property
     def redis_ok(self) -> bool:
@@ -342,47 +347,10 @@ class Worker:
         return await self._retrying(what, functools.partial(op, *args, **kwargs), gives_up_on_stop=True)
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]], *, gives_up_on_stop: bool) -> T | None:
-        """Redis is *down* while any call is retrying an outage; it is back when every such call went through (a
-        refusal can be partial: with maxmemory reached, deletions still pass while writes fail)."""
-        delay, token = 0.05, object()
-        try:
-            while True:
-                try:
-                    result = await call()
-                except Exception as exc:
-                    why = refusal(exc)
-                    if why is None:
-                        raise
-                    metrics.REDIS_ERRORS.labels(why.value).inc()
-                    self._failing.add(token)
-                    self._redis_failed(why, what, exc)
-                    if self._closing.is_set() or (gives_up_on_stop and self._stop.is_set()):
-                        return None
-                    await asyncio.sleep(delay * (1 + random.random()))
-                    delay = min(delay * 2, 5.0)
-                    continue
-                return result
-        finally:
-            self._redis_settled(token, what)
-
-    def _redis_failed(self, why: Refusal, what: str, exc: Exception) -> None:
-        """One log line per change of Redis state (not per attempt); readiness follows."""
-        if self.redis_down is why:
-            return
-        if self.redis_down is None:
-            self._redis_down_since = time.monotonic()
-        self.redis_down = why
-        self._set_ready_gauge()
-        event(log, "redis_unavailable", logging.WARNING, reason=why.value, op=what, error=type(exc).__name__,
-              detail=f"Redis is {describe_refusal(why)}", hint="retrying with backoff; readiness is false")
-
-    def _redis_settled(self, token: object, what: str) -> None:
-        self._failing.discard(token)
-        if self.redis_down is not None and not self._failing:
-            event(log, "redis_reconnected", op=what, was=self.redis_down.value,
-                  down_s=round(time.monotonic() - self._redis_down_since, 1))
-            self.redis_down = None
-            self._set_ready_gauge()
+        """Redis is *down* while any call is retrying an outage; it is back when every such call went through
+        (``guard.RedisGuard``)."""
+        return await self.redis_guard.retry(
+            what, call, give_up=lambda: self._closing.is_set() or (gives_up_on_stop and self._stop.is_set()))
 
     # -- claiming -----------------------------------------------------------------------------------------
     def _room(self) -> int:

@@ -35,12 +35,13 @@ from captcha_worker import codes, log
 from captcha_worker.captchaai import ApiError, CaptchaAI
 from captcha_worker.client import CaptchaQueue, Expired, Failed, Outcome, Solved
 from captcha_worker.codes import Code, ErrorClass
-from captcha_worker.connection import Refusal, describe_refusal, refusal
+from captcha_worker.connection import refusal
 from captcha_worker.gateway import callbacks, ids
 from captcha_worker.gateway import metrics as gm
 from captcha_worker.gateway.callbacks import check_url
 from captcha_worker.gateway.config import GatewayConfig, Tenant
 from captcha_worker.gateway.tenants import Tenants
+from captcha_worker.guard import RedisGuard
 from captcha_worker.methods import Answer, AnswerShape, Kind
 from captcha_worker.metrics import code_label
 from captcha_worker.protocols import v1 as protocol
@@ -67,31 +68,6 @@ class Submitted:
     kind: Kind
 
 
-class Health:
-    """Redis as the gateway sees it: down while the last operations failed with an outage (readiness false),
-    one log line per change of state."""
-
-    def __init__(self) -> None:
-        self.down: Refusal | None = None
-
-    def ok(self) -> None:
-        if self.down is not None:
-            log.event(_log, "redis_reconnected", was=self.down.value)
-            self.down = None
-            gm.READY.set(1)
-
-    def failed(self, why: Refusal, what: str) -> None:
-        gm.REDIS_ERRORS.labels(why.value).inc()
-        if self.down is not why:
-            log.event(_log, "redis_unavailable", logging.WARNING, reason=why.value, op=what,
-                      detail=f"Redis is {describe_refusal(why)}")
-        self.down = why
-        gm.READY.set(0)
-
-    def readiness(self) -> tuple[bool, str]:
-        return (True, "ready") if self.down is None else (False, f"redis unavailable: {self.down.value}")
-
-
 class Gateway:
     """One gateway process's state: its tenants, the queue, the reader of results, the upstream client."""
 
@@ -102,9 +78,13 @@ class Gateway:
         self.queue: RedisQueue = producer.queue
         self.tenants = tenants
         self.upstream = upstream
-        self.health = Health()
+        # Redis as the gateway sees it: readiness false while the last operations failed with an outage
+        self.health = RedisGuard(_log, gm.REDIS_ERRORS, on_change=self._set_ready)
         self.in_flight: dict[str, int] = {}  # tenant -> claimed tasks, refreshed by the server's scan loop
         self.waiters: dict[str, asyncio.Event] = {}  # solve.php requests waiting, by task id (set by the reader)
+
+    def _set_ready(self) -> None:
+        gm.READY.set(1 if self.health.down is None else 0)
 
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=self.cfg.max_body_bytes)
@@ -169,7 +149,7 @@ class Gateway:
             else:
                 self.health.failed(why, endpoint)
             return None
-        self.health.ok()
+        self.health.ok(endpoint)
         return value
 
     # -- in.php and solve.php --------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from captcha_worker.gateway import metrics as gm
 from captcha_worker.gateway.app import REPLY_TO, Gateway
 from captcha_worker.gateway.callbacks import JSON, Call, Callbacks, parse_stored
 from captcha_worker.gateway.config import Tenant
+from captcha_worker.guard import Backoff
 from captcha_worker.queue import TenantShare, as_awaitable
 from captcha_worker.task import Result, Status
 
@@ -44,7 +45,7 @@ class ResultReader:
         self.key = gateway.queue.keys.reply(REPLY_TO)
 
     async def run(self, closing: asyncio.Event) -> None:
-        delay = 0.05
+        backoff = Backoff(0.05, 2.0, jitter=False)
         while not closing.is_set():
             try:
                 first = await as_awaitable(self.redis.blpop([self.key], timeout=WAIT_S))
@@ -52,16 +53,15 @@ class ResultReader:
                 values = [first[1], *(more if isinstance(more, list) else [])] if first else []
                 if values:
                     await self.handle(values)
-                self.gateway.health.ok()
-                delay = 0.05
+                self.gateway.health.ok("read_results")
+                backoff.reset()
             except Exception as exc:  # an outage, or a value that is not text: back off, never die
                 why = refusal(exc)
                 if why is not None:
                     self.gateway.health.failed(why, "read_results")
                 else:
                     log.event(_log, "result_unreadable", logging.WARNING, error=type(exc).__name__)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                await backoff.sleep()
 
     async def handle(self, values: Sequence[str]) -> None:
         ended: list[tuple[Tenant, Result]] = []
@@ -126,7 +126,7 @@ async def share_loop(gateway: Gateway, closing: asyncio.Event, every_s: float = 
     while not closing.is_set():
         try:
             loads = await gateway.queue.publish_shares(table)
-            gateway.health.ok()
+            gateway.health.ok("share_loop")
         except Exception as exc:
             why = refusal(exc)
             if why is None:
