@@ -1,5 +1,5 @@
-"""Shared plumbing for the benchmarks: processes we start (redis-server, simulator), statistics, machine facts,
-result files.
+"""Shared plumbing for the benchmarks: processes we start (redis-server, simulator: the tests' harness,
+tests/procs.py and tests/helpers.py, as the benchmarks run them), statistics, machine facts, result files.
 
 Every benchmark starts its own redis-server (no persistence) on a free port and, when it needs one, its own
 simulator process, so nothing else on the machine shares them and a crash leaves nothing behind.
@@ -15,6 +15,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -22,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
-
-from captcha_worker.localredis import LocalRedis, free_port, wait_port
+from captcha_worker.localredis import free_port
 from captcha_worker.localredis import stop_process as stop_process  # noqa: PLC0414 - the benchmarks import it from here
+from tests import procs
+from tests.helpers import wait_listening
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -43,37 +44,47 @@ def python_env(**extra: str) -> dict[str, str]:
 
 
 @dataclass
-class RedisServer(LocalRedis):
-    """redis-server on a free port, no RDB, no AOF, room for the benchmarks' many clients."""
+class RedisServer(procs.RedisServer):
+    """The tests' redis starter (its own port, checked to be its own child) as the benchmarks run it: no RDB, no
+    AOF, room for the benchmarks' many clients, clients that decode responses."""
 
+    persistent: bool = False
     extra: list[str] = field(default_factory=lambda: ["--protected-mode", "no", "--maxclients", "10000"])
 
-    def client(self) -> Any:
-        return redis.Redis(port=self.port, decode_responses=True)
+    def client(self, **kwargs: Any) -> Any:
+        return super().client(**{"decode_responses": True, **kwargs})
 
 
 @dataclass
 class SimulatorProcess:
-    """`captcha-worker simulator` as a separate process (its CPU is never counted as the worker's)."""
+    """`captcha-worker simulator` as a separate process (its CPU is never counted as the worker's), on port 0: the
+    port is read from its own `listening on` line, as the tests' SimProc does."""
 
     args: Sequence[str] = ()
-    port: int = field(default_factory=free_port)
+    port: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    _log: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> SimulatorProcess:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "captcha_worker.cli", "simulator", "--port", str(self.port), *self.args],
-            env=python_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_port(self.port)
+        self._log = tempfile.TemporaryDirectory(prefix="captcha-bench-sim-")
+        path = Path(self._log.name) / "simulator.log"
+        with open(path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "captcha_worker.cli", "simulator", "--port", "0", *self.args],
+                env=python_env(), stdout=log, stderr=subprocess.STDOUT)
+        self.port = int(wait_listening(self.proc, path, "bench simulator")["port"])
         return self
 
     def stop(self) -> None:
         stop_process(self.proc)
         self.proc = None
+        if self._log is not None:
+            self._log.cleanup()
+            self._log = None
 
     def __enter__(self) -> SimulatorProcess:
         return self.start()
