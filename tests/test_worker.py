@@ -425,6 +425,30 @@ async def test_a_held_lower_limit_takes_effect_at_once_for_live_workers_then_exp
     assert expiry is None or expiry <= sec + usec / 1e6, "expired (the next heartbeat drops it)"
 
 
+async def test_the_next_claim_rides_on_an_ack_batch_and_takes_the_units_it_released(
+        redis_server: Any, producer: CaptchaQueue) -> None:
+    """P1: with tasks waiting, an ACK batch carries the next CLAIM in its round trip (write_batch_and_claim). With
+    as many plan threads as slots every unit is in use while the batch is sent, so a ridden claim gets items only
+    because Redis runs the ACKs (releasing their units) before it; each task still ends once."""
+    rides: list[int] = []
+    async with simulator() as sim, worker(redis_server.url, sim, CAPTCHAAI_THREADS="5") as w:
+        fold = w.queue.write_batch_and_claim
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            written, reply = await fold(*args, **kwargs)
+            rides.append(len(reply.items) if reply is not None else -1)
+            return written, reply
+
+        w.queue.write_batch_and_claim = counted  # type: ignore[method-assign]
+        ids = await producer.submit_many([{"method": "turnstile", "params": TURNSTILE} for _ in range(40)])
+        outcomes = [o async for o in producer.as_completed(ids, timeout=60)]
+        stats = sim.stats()
+    assert all(isinstance(o, Solved) for o in outcomes) and len({o.id for o in outcomes}) == 40
+    assert stats.submitted == 40, "each task solved once"
+    assert rides and -1 not in rides, rides
+    assert sum(rides) >= 10, f"claims rode on ACK batches and took the units those released: {rides}"
+
+
 def test_the_full_result_keeps_every_field_of_the_outcome_it_does_not_set() -> None:
     """_full_result builds the Result field by field (P1: cheaper than dataclasses.replace): a field added to
     Result and not carried over there fails here."""

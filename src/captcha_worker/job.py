@@ -51,6 +51,7 @@ from captcha_worker.queue import (
     Ack,
     Claimed,
     ClaimFlag,
+    ClaimReply,
     Record,
     RecordOutcome,
     RedisQueue,
@@ -99,6 +100,12 @@ class Host(Protocol):
     def hurry(self) -> bool: ...
 
     def enter_fatal(self, code: str) -> None: ...
+
+    def claim_ahead(self, acks: int) -> int: ...
+
+    def claimed_ahead(self, reply: ClaimReply | None, reserved: int) -> None: ...
+
+    def claim_limits(self) -> dict[str, Any]: ...
 
     def phase_name(self) -> str: ...
 
@@ -489,6 +496,19 @@ class JobRunner:
               solve_left_running=job.hold_s() > 0)
 
     async def _write_batch(self, acks: list[Ack], records: list[Record]) -> tuple[list[bool], list[RecordOutcome]]:
+        ahead = self.host.claim_ahead(len(acks)) if acks else 0
+        if ahead:  # the next claim rides on this batch: one round trip for both (P1)
+            try:
+                written, reply = await self.host.queue.write_batch_and_claim(
+                    acks, records, result_ttl=self.cfg.result_ttl_seconds, reply_ttl=REPLY_TTL_S, claim_n=ahead,
+                    **self.host.claim_limits())
+            except Exception:  # the round trip failed: the writes go the usual way, retried below
+                self.host.claimed_ahead(None, ahead)
+            else:
+                self.host.claimed_ahead(reply, ahead)
+                if not isinstance(written, Exception):
+                    return written
+                # a script answered an error (NOSCRIPT after a restart, OOM, ...): sent again below, idempotent
         out = await self.host.redis("ack", self.host.queue.write_batch, acks, records,
                                     result_ttl=self.cfg.result_ttl_seconds, reply_ttl=REPLY_TTL_S)
         return out if out is not None else ([False] * len(acks), [RecordOutcome.STRAY] * len(records))

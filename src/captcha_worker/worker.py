@@ -133,6 +133,7 @@ class Worker:
         self._plan_read = asyncio.Event()  # the first threadsinfo answered (or failed)
         self._jobs: dict[asyncio.Task[None], Job] = {}  # running jobs by their task
         self._held = 0  # of them, those holding a budget unit
+        self._reserved = 0  # slots of claims in flight (the claimer's, or one riding on an ACK batch: claim_ahead)
         self._audit_logged: list[Violation] = []  # the violations last logged (one line per change)
         self.runner = JobRunner(self)
 
@@ -356,7 +357,37 @@ class Worker:
     def _room(self) -> int:
         if self.phase is not Phase.RUNNING:
             return 0
-        return self.cfg.concurrency - (len(self._jobs) - self._paid_jobs())
+        return self.cfg.concurrency - (len(self._jobs) - self._paid_jobs()) - self._reserved
+
+    def claim_ahead(self, acks: int) -> int:
+        """How many items an ACK batch of `acks` jobs claims in the same round trip (``write_batch_and_claim``:
+        the ACKs run first, so the units they release are the claim's to take): the slots those jobs free and any
+        other free one, while tasks wait (the last claim saw some) and the fold is allowed (no durable writes, no
+        Cluster, no compat list: its CROSSSLOT is the claimer's to handle; no overflow providers: their jobs hold
+        no slot of the plan's). Reserved until `claimed_ahead`, so the
+        claimer never claims the same slots. 0: no claim rides on this batch."""
+        if (self.phase is not Phase.RUNNING or self._stop.is_set() or self.last_pending <= 0 or self.compat_list
+                or not self.queue.folds_claims or self._overflow is not None):
+            return 0
+        room = self._room() + acks
+        if room <= 0:
+            return 0
+        self._reserved += room
+        return room
+
+    def claimed_ahead(self, reply: ClaimReply | None, reserved: int) -> None:
+        """The claim that rode on an ACK batch came back (None: it failed or its round trip did): its jobs start
+        now, before the acked jobs leave (for an instant this worker runs up to `reserved` jobs more than its
+        concurrency; their solves are over, and the budget units are counted in Redis, not here)."""
+        self._reserved -= reserved
+        if reply is not None:
+            self._observe_claim(reply, reserved)
+            for c in reply.items:
+                self._start(c)
+        self._wake.set()
+
+    def claim_limits(self) -> dict[str, Any]:
+        return self._claim_limits()
 
     def _claim_limits(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -376,7 +407,11 @@ class Worker:
                 self._contended = self.last_pending > 0
                 await self._wait_wake(1.0)
                 continue
-            reply = await self._claim_batch(room)
+            self._reserved += room  # an ACK batch claiming meanwhile leaves these slots to this claim
+            try:
+                reply = await self._claim_batch(room)
+            finally:
+                self._reserved -= room
             if reply is None:
                 break  # stopping while Redis is unavailable
             self._observe_claim(reply, room)
@@ -429,8 +464,12 @@ class Worker:
     async def _claim_blocking(self) -> None:
         """Pending is empty: block on BLMOVE (it watches pending only; with a compat list, wake up often enough
         to look at that too)."""
-        reply = await self._redis_claim("claim_blocking", self.queue.claim_blocking,
-                                        timeout_s=0.25 if self.compat_list else 1.0, **self._claim_limits())
+        self._reserved += 1
+        try:
+            reply = await self._redis_claim("claim_blocking", self.queue.claim_blocking,
+                                            timeout_s=0.25 if self.compat_list else 1.0, **self._claim_limits())
+        finally:
+            self._reserved -= 1
         if reply is not None:
             self._observe_claim(reply, 1)
             for c in reply.items:
