@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import aioresponses.core as core
 import fakeredis
+import hypothesis
 import pytest
 from aiohttp import ClientResponse
 from redis.asyncio import Redis
@@ -16,6 +17,12 @@ from redis.asyncio import Redis
 from tests.helpers import worker_env
 from tests.procs import RedisServer, Stack
 from tests.procs import stack as procs_stack
+
+# Hypothesis times its own input generation in wall clock (the too_slow health check): a loaded machine failed
+# make test on it (41 s for one draw at load 42), which says nothing about the code under test. Tests that set
+# suppress_health_check themselves list too_slow too.
+hypothesis.settings.register_profile("suite", suppress_health_check=[hypothesis.HealthCheck.too_slow])
+hypothesis.settings.load_profile("suite")
 
 
 @pytest.hookimpl(trylast=True)  # after tests/chaos/conftest.py has marked its tests chaos

@@ -526,7 +526,9 @@ _VALUE = st.one_of(st.text(max_size=40), st.sampled_from([KEY_A, KEY_C, "turnsti
                                                          "post", "base64", "http://127.0.0.1/x", "9" * 30]))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# too_slow: hypothesis times its own input generation in wall clock (41 s for one draw at load 42 failed make test)
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(fields=st.dictionaries(_FIELD, _VALUE, max_size=8), endpoint=st.sampled_from(["in.php", "res.php", "solve.php"]),
        via=st.sampled_from(["get", "form", "json", "multipart"]), raw=st.binary(max_size=200))
 async def test_any_request_gets_a_protocol_answer(stack: LiveGateway, fields: dict[str, str], endpoint: str, via: str,

@@ -231,7 +231,8 @@ _TASK = st.dictionaries(st.sampled_from(["type", "websiteURL", "websiteKey", "bo
                         _VALUES, max_size=6)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(method=st.sampled_from(["createTask", "getTaskResult", "getBalance", "reportIncorrectRecaptcha"]),
        body=st.fixed_dictionaries({"clientKey": st.sampled_from([KEY_A, KEY_B, "", "x"])},
                                   optional={"task": _TASK | _VALUES, "taskId": _VALUES, "callbackUrl": _VALUES}),
