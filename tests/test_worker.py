@@ -156,7 +156,7 @@ async def test_dead_letters_of_unparseable_items_keep_a_fingerprint_never_the_by
         d = by_sha[hashlib.sha256(raw).hexdigest()]
         assert d["fingerprint"]["bytes"] == len(raw) and d["code"] == "INVALID_JSON" and "excerpt" not in d
     assert json.loads(opened.stdout)["open"] is True
-    assert len(kept) == len(UNPARSEABLE) and all(0 < ttl <= window_ms + 50 for ttl in kept.values()), \
+    assert len(kept) == len(UNPARSEABLE) and all(0 < ttl <= window_ms for ttl in kept.values()), \
         f"each excerpt lives until the window ends, no longer: {kept} (window {window_ms} ms)"
     excerpts = [d["excerpt"] for d in map(json.loads, listing_open.stdout.splitlines()) if "excerpt" in d]
     assert len(excerpts) == 2 * len(UNPARSEABLE) and any(COOKIE in e for e in excerpts), \

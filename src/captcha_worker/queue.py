@@ -185,6 +185,7 @@ _RELEASE = lua("release", LUA_CONSTANTS)
 _REAP = lua("reap", LUA_CONSTANTS)
 _REQUEUE_DEAD = lua("requeue_dead", LUA_CONSTANTS)
 _LOOKUP = lua("lookup", LUA_CONSTANTS)
+_KEEP_EXCERPT = lua("keep_excerpt")
 _STATS = lua("stats", LUA_CONSTANTS)
 _HEARTBEAT = lua("heartbeat", LUA_CONSTANTS)
 _AUDIT = lua("audit", LUA_CONSTANTS)
@@ -231,6 +232,7 @@ class RedisQueue:
         self._requeue_dead = SlotScript(redis, _REQUEUE_DEAD)
         self._stats = SlotScript(redis, _STATS)
         self._lookup = SlotScript(redis, _LOOKUP)
+        self._keep_excerpt = SlotScript(redis, _KEEP_EXCERPT)
         self._seed_result = SlotScript(redis, _SEED_RESULT)
         self._shares = SlotScript(redis, _SHARES)
         self._audit = SlotScript(redis, _AUDIT)
@@ -553,10 +555,7 @@ class RedisQueue:
     async def keep_excerpt(self, sha256: str, excerpt: str) -> bool:
         """While a debugging window is open (``{q}:keep-raw``), keep the redacted excerpt of the payload with this
         fingerprint for the rest of the window; else nothing. True when kept."""
-        left_ms = int(await as_awaitable(self.redis.pttl(self.keys.keep_raw)))
-        if left_ms <= 0:  # -2: no window; -1 (a window without a TTL) is never written: keep nothing then
-            return False
-        return bool(await as_awaitable(self.redis.set(self.keys.raw(sha256), excerpt, px=left_ms)))
+        return bool(int(await self._keep_excerpt(keys=[self.keys.keep_raw, self.keys.raw(sha256)], args=[excerpt])))
 
     async def open_raw_window(self, seconds: int) -> None:
         """Open (or move the end of) the debugging window: `seconds` from now."""
