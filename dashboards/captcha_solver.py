@@ -66,6 +66,33 @@ PLAN = Row("Plan & budget", (
           w=24, legend=("lastNotNull", "min", "max")),
 ))
 
+OVERFLOW = Row("Overflow & spend", (
+    Stat("Spend vs cap",
+         "Money charged and reserved at the per-solve overflow providers in this clock hour and this UTC day (the "
+         "spend cap's windows in Redis), and the caps (spendCap). At the cap paid solves are refused until the "
+         "window closes. No data: no PROVIDERS.",
+         (Q("this hour", f"max({m('spend', window='hour')})"), Q("hour cap", f"max({m('spend_cap', window='hour')})"),
+          Q("today", f"max({m('spend', window='day')})"), Q("day cap", f"max({m('spend_cap', window='day')})")),
+         w=8, decimals=2),
+    Stat("Provider balance and days left",
+         "Each overflow provider's balance (getbalance) and how many days it lasts at the spend rate of the "
+         "dashboard's time range (no figure while nothing is spent there).",
+         (Q("{{provider}}", f"max by (provider) ({m('provider_balance')})"),
+          Q("{{provider}} days left", f"max by (provider) ({m('provider_balance')}) / on (provider) "
+                                      f"(sum by (provider) ({rate('cost_total', '$__range')}) * 86400 > 0)")),
+         w=8, decimals=2),
+    Graph("Overflow cost per hour by provider and tenant",
+          "What the overflow providers charge per hour at the current rate (cost_total: settled reservations; a "
+          "refunded UNSOLVABLE adds 0), by provider and by the tasks' gateway tenant (empty: without one).",
+          (Q("{{provider}} {{tenant}}", f"sum by (provider, tenant) ({rate('cost_total')}) * 3600"),),
+          w=8),  # the providers' currency, whatever it is
+    Stat("Breakers open",
+         "Workers whose circuit breaker of a provider is open or half-open (CaptchaAI's: outage, error rate, a key "
+         "without a plan): while it is, their tasks go to the overflow providers under the cap. 0: closed. No "
+         "data: no PROVIDERS (no breaker).",
+         (Q("{{provider}}", f"sum by (provider) ({m('breaker_open')})"),), w=24, h=4, decimals=0, red_from=1),
+))
+
 QUEUE = Row("Queue & solves", (
     Stat("Tasks pending", "Tasks waiting in {queue}:pending, as last read by the workers' heartbeat.",
          (Q("pending", f"max({m('queue_depth', state='pending')})"),), w=4, h=8, sparkline=True),
@@ -249,4 +276,4 @@ WORKERS = Row("Workers", (
            Q("ready", f"sum({m('worker_ready')})")), w=15, legend=("lastNotNull", "min", "max")),
 ))
 
-ROWS: tuple[Row, ...] = (PLAN, QUEUE, API, ERRORS, TENANTS, WORKERS)
+ROWS: tuple[Row, ...] = (PLAN, OVERFLOW, QUEUE, API, ERRORS, TENANTS, WORKERS)

@@ -124,8 +124,8 @@ def test_layout_is_a_grid_without_overlaps() -> None:
 
 
 def test_rows_are_the_operators_reading_order() -> None:
-    assert [r.title for r in captcha_solver.ROWS] == ["Plan & budget", "Queue & solves", "CaptchaAI API", "Errors",
-                                                      "Tenants", "Workers"]
+    assert [r.title for r in captcha_solver.ROWS] == ["Plan & budget", "Overflow & spend", "Queue & solves",
+                                                      "CaptchaAI API", "Errors", "Tenants", "Workers"]
 
 
 def test_adding_a_row_is_a_few_lines(tmp_path: Path) -> None:

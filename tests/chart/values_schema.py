@@ -35,6 +35,7 @@ INGRESS_HOSTS: dict[str, Any] = {"type": "array", "items": {"type": "object", "p
     "required": ["host", "paths"], "additionalProperties": False}}
 DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"}
 PROM_DURATION = {"type": "string", "pattern": r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$"}  # a Prometheus rule's `for`
+PROM_RANGE = {"type": "string", "pattern": r"^([0-9]+(ms|s|m|h|d|w|y))+$"}  # a range vector's window, e.g. 6h
 SEVERITY = {"type": "string", "minLength": 1}
 HOST_PORT = {"type": "string", "pattern": r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(:[0-9]{1,5})?$"}  # REDIS_SENTINELS
 INT_OR_PERCENT = {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^[0-9]+%$"}]}
@@ -206,6 +207,15 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "prometheusRule.alerts.tenantPinned.for": PROM_DURATION,
     "prometheusRule.alerts.tenantPinned.severity": SEVERITY,
     "prometheusRule.alerts.tenantPinned.utilisation": {"type": "number", "exclusiveMinimum": 0},
+    "prometheusRule.alerts.providerBalanceLow.for": PROM_DURATION,
+    "prometheusRule.alerts.providerBalanceLow.severity": SEVERITY,
+    "prometheusRule.alerts.providerBalanceLow.days": {"type": "number", "exclusiveMinimum": 0},
+    "prometheusRule.alerts.providerBalanceLow.rateWindow": PROM_RANGE,
+    "prometheusRule.alerts.spendCapReached.for": PROM_DURATION,
+    "prometheusRule.alerts.spendCapReached.severity": SEVERITY,
+    "prometheusRule.alerts.spendCapReached.ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "prometheusRule.alerts.breakerOpen.for": PROM_DURATION,
+    "prometheusRule.alerts.breakerOpen.severity": SEVERITY,
     "gateway.replicas": {"type": "integer", "minimum": 2},
     "gateway.port": PORT,
     "gateway.tenants": {
