@@ -32,6 +32,11 @@ async def _push(admin: Redis, ids: list[str], reply: str, method_params: dict[st
     await RedisQueue(admin, "captcha").push([(i, task_body(i, reply, method_params)) for i in ids], ttl=3600)
 
 
+async def _recorded(admin: Redis, ids: list[str], n: int) -> bool:
+    """At least `n` of the tasks carry the captcha id their in.php answered (RECORD)."""
+    return sum([bool(await admin.hexists(KEYS.task(i), "captcha_id")) for i in ids]) >= n
+
+
 async def _answered(admin: Redis, reply: str, n: int) -> bool:
     return bool(await admin.llen(KEYS.reply(reply)) >= n)
 
@@ -199,7 +204,10 @@ async def test_a_worker_stalled_past_its_lease_loses_its_tasks_to_resumes(
         await _push(admin, [f"s{i}" for i in range(n)], reply)
         with workers(2, env, tmp_path) as (a, b):
             await wait_until(lambda: _in_flight(sim, 10), 20, "10 solves at the API")
-            assert a.proc is not None
+            # and their ids recorded: a stall between in.php's answer and its RECORD is a death in between, which
+            # costs a second submission (README); this scenario is about a stall after it
+            ids = [f"s{i}" for i in range(n)]
+            await wait_until(lambda: _recorded(admin, ids, 10), 20, "10 captcha ids recorded")
             a.signal(signal.SIGSTOP)
             await asyncio.sleep(8)  # > LEASE_SECONDS (3): its tasks are reaped, b resumes them
             a.signal(signal.SIGCONT)
