@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
-from typing import Final
+from typing import Final, TypeVar
 
 from captcha_worker import methods
 from captcha_worker.methods import Kind
@@ -98,12 +98,20 @@ class Faults:
         return dataclasses.replace(self, **{name: float(rate) for name, rate in rates.items()})
 
 
-def fault_named(name: str) -> Fault:
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _member(kind: type[E], what: str, name: str) -> E:
+    """`kind`'s member whose value is `name`; ValueError naming the known ones otherwise."""
     try:
-        return Fault(name)
+        return kind(name)
     except ValueError:
-        known = ", ".join(f.value for f in Fault)
-        raise ValueError(f"unknown fault {name!r} (known: {known})") from None
+        known = ", ".join(str(m.value) for m in kind)
+        raise ValueError(f"unknown {what} {name!r} (known: {known})") from None
+
+
+def fault_named(name: str) -> Fault:
+    return _member(Fault, "fault", name)
 
 
 @dataclass(frozen=True)
@@ -351,11 +359,7 @@ _PATCHERS: Final[Mapping[str, Callable[[SimConfig, object], object]]] = MappingP
 
 
 def profile_named(name: str) -> Profile:
-    try:
-        return Profile(name)
-    except ValueError:
-        known = ", ".join(p.value for p in Profile)
-        raise ValueError(f"unknown profile {name!r} (known: {known})") from None
+    return _member(Profile, "profile", name)
 
 
 def over_cap_named(name: str) -> OverCap:
