@@ -188,10 +188,11 @@ class ProviderPool:
                 retry=RetryPolicy.scaled(cfg.time_scale), poll_scale=cfg.time_scale, max_connections=p.concurrency))
         metrics.SPEND_CAP.labels("hour").set(self.config.cap_hour_micro / MICRO)
         metrics.SPEND_CAP.labels("day").set(self.config.cap_day_micro / MICRO)
+        await self.poll_spend()  # read before any balance: a scrape never shows a provider's balance beside spend 0
         self._tasks = [asyncio.create_task(watch_key_file(w, cfg.key_reload_seconds))
                        for w in key_watchers(self.config, self.clients)]
         self._tasks += [asyncio.create_task(self._every(cfg.threadsinfo_interval_seconds, self.poll_balances)),
-                        asyncio.create_task(self._every(SPEND_POLL_SECONDS, self.poll_spend))]
+                        asyncio.create_task(self._every(SPEND_POLL_SECONDS, self.poll_spend, first_after=True))]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -226,7 +227,9 @@ class ProviderPool:
         metrics.SPEND.labels("day").set(state.day / MICRO)
 
     @staticmethod
-    async def _every(interval_s: float, poll: Callable[[], Awaitable[None]]) -> None:
+    async def _every(interval_s: float, poll: Callable[[], Awaitable[None]], first_after: bool = False) -> None:
+        if first_after:
+            await asyncio.sleep(interval_s)
         while True:
             await poll()
             await asyncio.sleep(interval_s)
