@@ -57,10 +57,12 @@ def worker_env(redis_url: str, api_url: str, **extra: str) -> dict[str, str]:
 Predicate = Callable[[], "bool | Awaitable[bool]"]
 
 
-async def wait_until(predicate: Predicate, timeout: float, what: str, *, interval: float = 0.05) -> None:
+async def wait_until(predicate: Predicate, timeout: float, what: str, *, interval: float = 0.05,
+                     not_yet: tuple[type[Exception], ...] = (OSError,)) -> None:
     """Until `predicate()` (a function or a coroutine function) is true; an OSError it raises (nothing listens
-    yet, a connection reset) counts as not yet. Fails after `timeout` seconds naming `what` and the last error:
-    a deadline for a stuck test, never a measurement (assert on what was waited for, not on how long it took)."""
+    yet, a connection reset; `not_yet`: the exceptions that mean so, e.g. a kubectl call failing while a pod
+    starts) counts as not yet. Fails after `timeout` seconds naming `what` and the last error: a deadline for a
+    stuck test, never a measurement (assert on what was waited for, not on how long it took)."""
     deadline, last = time.monotonic() + timeout, ""
     while True:
         try:
@@ -69,20 +71,22 @@ async def wait_until(predicate: Predicate, timeout: float, what: str, *, interva
                 result = await result
             if result:
                 return
-        except OSError as exc:
+        except not_yet as exc:
             last = f" (last: {type(exc).__name__}: {exc})"
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}{last}")
         await asyncio.sleep(interval)
 
 
-def wait_until_blocking(predicate: Callable[[], bool], timeout: float, what: str, *, interval: float = 0.05) -> None:
-    """`wait_until` for code outside an event loop (threads, synchronous fixtures): the same rules."""
+def wait_until_blocking(predicate: Callable[[], bool], timeout: float, what: str, *, interval: float = 0.05,
+                        not_yet: tuple[type[Exception], ...] = (OSError,)) -> None:
+    """`wait_until` for code outside an event loop (threads, synchronous fixtures, tests/e2e/pods.py): the same
+    rules."""
     async def check() -> bool:
         return predicate()
 
     async def wait() -> None:
-        await wait_until(check, timeout, what, interval=interval)
+        await wait_until(check, timeout, what, interval=interval, not_yet=not_yet)
 
     asyncio.run(wait())
 

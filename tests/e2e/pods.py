@@ -61,6 +61,9 @@ from typing import Any, cast
 import redis
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: tests.helpers from the checkout
+from tests.helpers import wait_until_blocking
+
 ROOT = Path(__file__).resolve().parents[2]
 VALUES = ROOT / "values-examples" / "e2e-pods.yaml"
 CLI = ROOT / ".venv" / "bin" / "captcha-worker"
@@ -72,6 +75,10 @@ ONLY_UNDER = {"upgrades": ("helm4",)}
 
 class Failure(Exception):
     """A scenario's assertion failed (the message says what was expected and what was seen)."""
+
+
+#: what a probe of `wait_until_blocking` raises while the cluster is not there yet (kubectl failing, a field missing)
+NOT_YET = (Failure, subprocess.SubprocessError, OSError, ValueError, KeyError)
 
 
 def expect(ok: bool, message: str) -> None:
@@ -99,17 +106,6 @@ def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def kjson(*args: str) -> Any:
     return json.loads(kubectl(*args, "-o", "json").stdout)
-
-
-def wait_until(timeout: float, what: str, probe: Callable[[], bool], interval: float = 0.5) -> float:
-    start = time.monotonic()
-    while True:
-        with contextlib.suppress(Failure, subprocess.SubprocessError, OSError, ValueError, KeyError):
-            if probe():
-                return round(time.monotonic() - start, 1)
-        if time.monotonic() - start > timeout:
-            raise Failure(f"timed out after {timeout:.0f}s waiting for: {what}")
-        time.sleep(interval)
 
 
 # ---------------------------------------------------------------------------------------------------- watches
@@ -306,7 +302,8 @@ class Release:
                             "--wait", "--timeout", "5m").stdout
         (self.results / f"{self.helm}-{self.ns}-install.out").write_text(out)
         if "simulator.enabled=false" not in self.sets:  # `--wait` does not cover the Service's endpoints
-            wait_until(60, "the simulator answering through its Service", lambda: bool(self.sim("stats")))
+            wait_until_blocking(lambda: bool(self.sim("stats")),
+                                60, "the simulator answering through its Service", interval=0.5, not_yet=NOT_YET)
         self.figures["install_s"] = round(time.monotonic() - t, 1)
         self.figures["chart"] = src.label
         if src.pulled and "simulator.enabled=false" not in self.sets:  # the simulator runs the image: it pulls first
@@ -469,8 +466,8 @@ def check_grace(rel: Release, figures: dict[str, Any]) -> None:
 def scenario_1(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     """0 -> 1 -> N -> 0 on 200 tasks, all solved, the plan never exceeded, clean exits."""
     f.update({"tasks": 200})
-    wait_until(120, "worker at 0 replicas and no worker pods while idle",
-               lambda: rel.spec_replicas() == 0 and not rel.worker_pods())
+    wait_until_blocking(lambda: rel.spec_replicas() == 0 and not rel.worker_pods(),
+                        120, "worker at 0 replicas and no worker pods while idle", interval=0.5, not_yet=NOT_YET)
     n = rel.max_replica_count()
     threads = int(rel.sim("stats")["threads"])
     f.update(max_replica_count=n, plan_threads=threads)
@@ -482,13 +479,14 @@ def scenario_1(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
         def since() -> float:
             return round(time.monotonic() - t0, 1)
 
-        wait_until(60, "KEDA scales 0 -> 1", lambda: rel.spec_replicas() >= 1)
+        wait_until_blocking(lambda: rel.spec_replicas() >= 1, 60, "KEDA scales 0 -> 1", interval=0.5, not_yet=NOT_YET)
         f["first_pod_s"] = since()
-        wait_until(180, f"the HPA scales to N = {n}", lambda: rel.spec_replicas() == n)
+        wait_until_blocking(lambda: rel.spec_replicas() == n,
+                            180, f"the HPA scales to N = {n}", interval=0.5, not_yet=NOT_YET)
         f["n_pods_s"] = since()
-        wait_until(180, f"{n} worker pods Ready", lambda: sum(
-            1 for p in rel.worker_pods() for c in p["status"].get("conditions", [])
-            if c["type"] == "Ready" and c["status"] == "True") == n, interval=1)
+        wait_until_blocking(lambda: sum(1 for p in rel.worker_pods() for c in p["status"].get("conditions", [])
+                                        if c["type"] == "Ready" and c["status"] == "True") == n,
+                            180, f"{n} worker pods Ready", interval=1, not_yet=NOT_YET)
         f["n_ready_s"] = since()
         outcome = rel.outcomes(ids, timeout=900)
         f["all_done_s"] = round(time.monotonic() - t0, 1)
@@ -496,8 +494,9 @@ def scenario_1(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
         f["lost"] = len(ids) - f["solved"]
         f["outcomes"] = {k: len(v) for k, v in outcome.items()}
         t_empty = time.monotonic()
-        f["back_to_zero_s"] = wait_until(180, "KEDA scales back to 0 and every worker pod is gone",
-                                         lambda: rel.spec_replicas() == 0 and not rel.worker_pods(), interval=1)
+        wait_until_blocking(lambda: rel.spec_replicas() == 0 and not rel.worker_pods(),
+                            180, "KEDA scales back to 0 and every worker pod is gone", interval=1, not_yet=NOT_YET)
+        f["back_to_zero_s"] = round(time.monotonic() - t_empty, 1)
         f["back_to_zero_after_done_s"] = round(time.monotonic() - t_empty, 1)
     timeline = deploy.replicas()
     f["replicas_timeline"] = timeline
@@ -531,9 +530,11 @@ def scenario_switch(main: Release, f: dict[str, Any]) -> dict[str, Any]:
                   sets=("keda.enabled=false", "worker.replicas=3", "redis.persistence.enabled=false"))
     rel.install()
     f.update({"fixed_replicas": 3})
-    wait_until(120, "3 fixed worker pods Ready", lambda: len([
-        p for p in rel.worker_pods() if any(c["type"] == "Ready" and c["status"] == "True"
-                                            for c in p["status"].get("conditions", []))]) == 3, interval=1)
+    def ready(p: dict[str, Any]) -> bool:
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+
+    wait_until_blocking(lambda: len([p for p in rel.worker_pods() if ready(p)]) == 3,
+                        120, "3 fixed worker pods Ready", interval=1, not_yet=NOT_YET)
     ids = rel.submit(60)  # a backlog: with KEDA on the HPA wants 5, never fewer than 3
     with watching(rel, "switch") as (deploy, pods, logs):
         time.sleep(1)
@@ -603,8 +604,9 @@ def delete_while_starting(rel: Release) -> dict[str, Any]:
                        "labels": {"app.kubernetes.io/component": "startup-stop"}}
     pod["spec"]["restartPolicy"] = "Never"
     run("kubectl", "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "Pod", **pod}))
-    wait_until(60, "the pod's container running", lambda: bool(kjson("-n", rel.ns, "get", "pod", "worker-startup-stop")[
-        "status"].get("containerStatuses", [{}])[0].get("state", {}).get("running")), interval=0.1)
+    wait_until_blocking(lambda: bool(kjson("-n", rel.ns, "get", "pod", "worker-startup-stop")["status"].get(
+                            "containerStatuses", [{}])[0].get("state", {}).get("running")),
+                        60, "the pod's container running", interval=0.1, not_yet=NOT_YET)
     t = time.monotonic()
     kubectl("-n", rel.ns, "delete", "pod", "worker-startup-stop", "--wait=false")
     term: dict[str, Any] = {}
@@ -614,12 +616,13 @@ def delete_while_starting(rel: Release) -> dict[str, Any]:
         term.update(obj["status"]["containerStatuses"][0]["state"].get("terminated") or {})
         return bool(term)
 
-    with contextlib.suppress(Failure):
-        wait_until(90, "the container terminated", terminated, interval=0.2)
+    with contextlib.suppress(AssertionError):  # not terminated in time: the expect below says so
+        wait_until_blocking(terminated, 90, "the container terminated", interval=0.2, not_yet=NOT_YET)
     f = {"stopped_s": round(time.monotonic() - t, 1), "exit_code": term.get("exitCode"),
          "grace_s": pod["spec"]["terminationGracePeriodSeconds"]}
-    wait_until(90, "the pod gone", lambda: kubectl("-n", rel.ns, "get", "pod", "worker-startup-stop",
-                                                  check=False).returncode != 0)
+    wait_until_blocking(lambda: kubectl("-n", rel.ns, "get", "pod", "worker-startup-stop",
+                                        check=False).returncode != 0,
+                        90, "the pod gone", interval=0.5, not_yet=NOT_YET)
     expect(f["exit_code"] in (0, 143) and f["stopped_s"] < 20,
            f"a worker stopped while starting took {f['stopped_s']}s and exited {f['exit_code']} (SIGKILL: 137)")
     say(f"{rel.helm}: 3: a worker deleted as its container started exited {f['exit_code']} after {f['stopped_s']}s "
@@ -648,7 +651,7 @@ def delete_pod_mid_solve(rel: Release) -> dict[str, Any]:
                        if p["status"].get("podIP") and in_flight(p) >= 1]
             return bool(busy)
 
-        wait_until(90, "a worker pod with solves in flight", a_busy_pod)
+        wait_until_blocking(a_busy_pod, 90, "a worker pod with solves in flight", interval=0.5, not_yet=NOT_YET)
         victim = busy[0]
         t = time.monotonic()
         kubectl("-n", rel.ns, "delete", "pod", victim, "--wait=true", "--timeout=120s")
@@ -677,9 +680,12 @@ def restart_redis(rel: Release) -> dict[str, Any]:
     f["pending_before"] = rel.queue_lengths()["pending"]
     t = time.monotonic()
     kubectl("-n", rel.ns, "delete", "pod", pod, "--wait=true", "--timeout=120s")
-    f["redis_ready_again_s"] = wait_until(180, "the Redis pod back and Ready", lambda: (
+    t_deleted = time.monotonic()
+    wait_until_blocking(lambda: (
         (p := kjson("-n", rel.ns, "get", "pod", pod))["metadata"]["uid"] != uid
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))))
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))),
+                        180, "the Redis pod back and Ready", interval=0.5, not_yet=NOT_YET)
+    f["redis_ready_again_s"] = round(time.monotonic() - t_deleted, 1)
     f["redis_down_s"] = round(time.monotonic() - t, 1)
     f["marker_after_restart"] = rel.redis().get("e2e:marker")
     outcome = rel.outcomes(ids, timeout=600)
@@ -702,7 +708,8 @@ def scenario_4(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     with watching(rel, "netpol") as (deploy, pods, logs):
         ids = rel.submit(20)
         outcome = rel.outcomes(ids, timeout=600)
-        wait_until(180, "back to 0", lambda: rel.spec_replicas() == 0 and not rel.worker_pods(), interval=1)
+        wait_until_blocking(lambda: rel.spec_replicas() == 0 and not rel.worker_pods(),
+                            180, "back to 0", interval=1, not_yet=NOT_YET)
     f["solved"] = len(outcome.get("solved", []))
     f["replicas_timeline"] = deploy.replicas()
     check_clean_exits(pods, logs, f)
@@ -725,7 +732,8 @@ def scenario_2(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     live one: the hook's hold, then the new pods' own."""
     base = int(rel.sim("stats")["threads"])
     ids = rel.submit(300)
-    wait_until(120, "the backlog at full speed", lambda: rel.spec_replicas() == rel.max_replica_count(), interval=1)
+    wait_until_blocking(lambda: rel.spec_replicas() == rel.max_replica_count(),
+                        120, "the backlog at full speed", interval=1, not_yet=NOT_YET)
     for step, threads in (("up", base + 6), ("down", base - 4)):
         t = time.monotonic()
         if step == "up":
@@ -733,9 +741,10 @@ def scenario_2(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
             rel.upgrade(f"captchaai.threads={threads}", timeout=600)
         else:
             at_change = _lowered(rel, threads, f.setdefault(step, {}))
-        wait_until(300, "the rollout done", lambda: kjson("-n", rel.ns, "get", "deploy", rel.worker)["status"].get(
-            "updatedReplicas", 0) == kjson("-n", rel.ns, "get", "deploy", rel.worker)["status"].get("replicas", -1),
-            interval=2)
+        wait_until_blocking(lambda: kjson("-n", rel.ns, "get", "deploy", rel.worker)["status"].get(
+                                "updatedReplicas", 0) == kjson("-n", rel.ns, "get", "deploy", rel.worker)["status"].get(
+                                "replicas", -1),
+                            300, "the rollout done", interval=2, not_yet=NOT_YET)
         time.sleep(5)
         stats = rel.sim("stats")
         f[step] = {**f.get(step, {}), "plan_threads": threads, "max_replica_count": rel.max_replica_count(),
@@ -786,8 +795,8 @@ def _lowered(rel: Release, threads: int, f: dict[str, Any]) -> int:
     t, r = time.monotonic(), rel.redis()
     thread = threading.Thread(target=upgrade, daemon=True)
     thread.start()
-    wait_until(180, f"the pre-upgrade hook's limit of {threads} in Redis",
-               lambda: r.zscore("{captcha}:limits", f"{threads}:rollout-{rel.name}") is not None, interval=0.2)
+    wait_until_blocking(lambda: r.zscore("{captcha}:limits", f"{threads}:rollout-{rel.name}") is not None,
+                        180, f"the pre-upgrade hook's limit of {threads} in Redis", interval=0.2, not_yet=NOT_YET)
     f["limit_held_after_s"] = round(time.monotonic() - t, 1)
     f["new_pods_at_hold"] = len({p["metadata"]["name"] for p in rel.worker_pods()} - old_pods)
     at_change = _plan_changed(rel, threads)
@@ -845,7 +854,8 @@ def image_pull(rel: Release, image: str, removed: bool, timeout: float = 300) ->
         # the digest, not the whole reference: the kubelet may print the reference normalized
         return [e for e in items if (image.partition("@")[2] or f'"{image}"') in e.get("message", "")]
 
-    wait_until(timeout, f"a Pulled event for {image} in {rel.ns}", lambda: bool(events()), interval=1)
+    wait_until_blocking(lambda: bool(events()),
+                        timeout, f"a Pulled event for {image} in {rel.ns}", interval=1, not_yet=NOT_YET)
     ev = sorted(events(), key=lambda e: e.get("firstTimestamp") or e.get("eventTime") or "")[0]
     m = PULLED.search(ev["message"])
     f: dict[str, Any] = {"image": image, "pod": ev["involvedObject"]["name"], "pulled": bool(m),
@@ -883,7 +893,7 @@ def host_simulator(threads: int) -> Iterator[str]:
         def answers() -> bool:
             with urllib.request.urlopen(f"{url}/_sim/stats", timeout=3):
                 return True
-        wait_until(30, f"the simulator on {url}", answers)
+        wait_until_blocking(answers, 30, f"the simulator on {url}", interval=0.5, not_yet=NOT_YET)
         yield url
     finally:
         proc.terminate()
@@ -908,8 +918,8 @@ def scenario_previous(main: Release, f: dict[str, Any]) -> dict[str, Any]:
         with watching(rel, "previous") as (deploy, pods, logs):
             ids = rel.submit(n)
             f["previous_image_pull"] = image_pull(rel, prev.image, removed=removed)
-            wait_until(180, "the previous version's workers solving", lambda: int(rel.sim("stats")["solved"]) >= 10,
-                       interval=1)
+            wait_until_blocking(lambda: int(rel.sim("stats")["solved"]) >= 10,
+                                180, "the previous version's workers solving", interval=1, not_yet=NOT_YET)
             stats = rel.sim("stats")
             f.update(solved_before_upgrade=stats["solved"], in_flight_at_upgrade=stats["in_flight"],
                      queue_at_upgrade=rel.queue_lengths(), pods_at_upgrade=len(rel.worker_pods()))
@@ -963,7 +973,8 @@ def scenario_key(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     try:
         with watching(rel, "key") as (_, pods, logs):
             ids = rel.submit(n)
-            wait_until(180, "workers solving", lambda: int(rel.sim("stats")["solved"]) >= 5, interval=1)
+            wait_until_blocking(lambda: int(rel.sim("stats")["solved"]) >= 5,
+                                180, "workers solving", interval=1, not_yet=NOT_YET)
             before = {p["metadata"]["name"]: (p["metadata"]["uid"], restarts(p)) for p in rel.worker_pods()
                       if p["status"].get("phase") == "Running"}
             f["pods_at_rotation"] = len(before)
@@ -976,12 +987,15 @@ def scenario_key(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
                     seen[e["pod"]] = seen.get(e["pod"], 0) + 1
                 return all(seen.get(p, 0) >= count for p in before if pod_alive(rel, p))
 
-            wait_until(120, "every pod reloading the wrong key", lambda: every("api_key_reloaded", 1))
+            wait_until_blocking(lambda: every("api_key_reloaded", 1),
+                                120, "every pod reloading the wrong key", interval=0.5, not_yet=NOT_YET)
             f["wrong_key_reloaded_s"] = round(time.monotonic() - t_wrong, 1)
-            wait_until(120, "every pod stopped by the rejected key", lambda: every("fatal_api_error", 1))
+            wait_until_blocking(lambda: every("fatal_api_error", 1),
+                                120, "every pod stopped by the rejected key", interval=0.5, not_yet=NOT_YET)
             f["wrong_key_rejected_s"] = round(time.monotonic() - t_wrong, 1)
             # the solves submitted under the right key finish at the simulator (~6 s): then none is in flight
-            wait_until(60, "no solve in flight", lambda: int(rel.sim("stats")["in_flight"]) == 0)
+            wait_until_blocking(lambda: int(rel.sim("stats")["in_flight"]) == 0,
+                                60, "no solve in flight", interval=0.5, not_yet=NOT_YET)
             at_right = rel.sim("stats")
             t_right = time.monotonic()
             _set_key(rel, secret, right)
@@ -1000,7 +1014,8 @@ def scenario_key(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
                 mark("right_key_reloaded_s", every("api_key_reloaded", 2))
                 return len(marks) == 3
 
-            wait_until(180, "every pod reloading the right key and solving again", after_right_key)
+            wait_until_blocking(after_right_key, 180, "every pod reloading the right key and solving again",
+                                interval=0.5, not_yet=NOT_YET)
             f.update(marks)
             outcome = rel.outcomes(ids, timeout=900)
             after = {p["metadata"]["name"]: (p["metadata"]["uid"], restarts(p)) for p in rel.worker_pods()}
@@ -1090,7 +1105,7 @@ def scenario_upgrades(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     durations: list[float] = []
     failures: list[str] = []
     try:
-        wait_until(120, f"the HPA at {n}", lambda: rel.spec_replicas() == n, interval=1)
+        wait_until_blocking(lambda: rel.spec_replicas() == n, 120, f"the HPA at {n}", interval=1, not_yet=NOT_YET)
         start = time.monotonic() - t0
         for i in range(count):
             t = time.monotonic()
