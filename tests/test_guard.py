@@ -38,6 +38,17 @@ def test_backoff_doubles_to_its_cap_and_resets() -> None:
         assert expected <= jittered.delay() <= 2 * expected
 
 
+def test_backoff_spread_and_limit() -> None:
+    """The producer's and the capacity wait's spread (half to all of the delay) and the transient retries'
+    limit (no pause past transient_max_s) are one Backoff's options."""
+    half = Backoff(2.0, 8.0, spread=(0.5, 1.0))
+    for expected in (2.0, 4.0, 8.0, 8.0):
+        assert expected / 2 <= half.delay() <= expected
+    limited = Backoff(1.0, 4.0, limit=4.0)
+    delays = [limited.delay() for _ in range(6)]
+    assert 1.0 <= delays[0] <= 2.0 and max(delays) <= 4.0 and delays[-1] == 4.0
+
+
 def test_one_line_per_change_of_state_and_readiness_follows(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, LOG.name)
     guard, errors, changes = _guard()

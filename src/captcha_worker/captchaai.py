@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import aiohttp
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from captcha_worker import methods, metrics
 from captcha_worker.codes import Code
@@ -54,6 +53,7 @@ from captcha_worker.codes import ErrorClass as ErrorClass  # noqa: PLC0414
 from captcha_worker.codes import classify as classify  # noqa: PLC0414
 from captcha_worker.codes import describe as describe  # noqa: PLC0414
 from captcha_worker.config import Secret
+from captcha_worker.guard import Backoff
 from captcha_worker.methods import Answer as Answer  # noqa: PLC0414 - the API's answer, importable from here
 from captcha_worker.polling import FallbackSchedule, LatencyModel, PollSchedule
 
@@ -299,7 +299,8 @@ class CaptchaAI:
         """One logical request: transient failures retried with exponential backoff + jitter, bounded
         (`retry=False`: one try, the caller decides).
 
-        The first try goes out directly; tenacity's machinery is built only once a try has failed.
+        The first try goes out directly; the backoff (guard.Backoff: `transient_initial_s` doubling, stretched
+        by 0-100 %, no pause longer than `transient_max_s`) is built only once a try has failed.
         """
         r = self.retry
         try:
@@ -307,19 +308,15 @@ class CaptchaAI:
         except TransientError:
             if r.transient_attempts <= 1 or not retry:
                 raise
-        metrics.RETRIES.labels("transient").inc()
-        await asyncio.sleep(r.transient_initial_s * (1 + random.random()))
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(r.transient_attempts - 1),
-            wait=wait_exponential_jitter(multiplier=2 * r.transient_initial_s, max=r.transient_max_s,
-                                        jitter=r.transient_initial_s),
-            retry=retry_if_exception_type(TransientError),
-            before_sleep=lambda _: metrics.RETRIES.labels("transient").inc(),
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
+        backoff = Backoff(r.transient_initial_s, r.transient_max_s, limit=r.transient_max_s)
+        for attempt in range(2, r.transient_attempts + 1):
+            metrics.RETRIES.labels("transient").inc()
+            await backoff.sleep()
+            try:
                 return await self._attempt(path, endpoint, fields, file, stats)
+            except TransientError:
+                if attempt == r.transient_attempts:
+                    raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _attempt(self, path: str, endpoint: str, fields: Mapping[str, str], file: tuple[str, bytes] | None,
@@ -481,7 +478,7 @@ class CaptchaAI:
 
     async def _submit_with_capacity_backoff(self, method: str, params: Mapping[str, str], deadline: float,
                                             stats: SolveStats, sleep: Sleep) -> str:
-        delay = self.retry.capacity_initial_s
+        backoff = Backoff(self.retry.capacity_initial_s, self.retry.capacity_max_s, spread=(0.5, 1.0))
         while True:
             if stats.started_at is None:
                 stats.started_at = time.time()
@@ -489,11 +486,10 @@ class CaptchaAI:
                 return await self.submit(method, params, stats)
             except CapacityError:
                 metrics.RETRIES.labels("capacity").inc()
-                wait = random.uniform(delay / 2, delay)
+                wait = backoff.delay()
                 if time.time() + wait >= deadline:
                     raise SolveTimeout("no free thread before the deadline") from None
                 await sleep(wait)
-                delay = min(delay * 2, self.retry.capacity_max_s)
 
     def _schedules(self, kind: methods.Kind) -> tuple[LatencyModel, PollSchedule, PollSchedule]:
         model = self.latency_model(kind)

@@ -28,8 +28,8 @@ import asyncio
 import dataclasses
 import datetime as dt
 import hashlib
+import math
 import os
-import random
 import secrets
 import threading
 import time
@@ -368,7 +368,7 @@ class CaptchaQueue:
     async def _push(self, tasks: list[tuple[str, str]], *, front: bool, batch: int = 500) -> None:
         """PUSH, retried while Redis does not answer (for up to `submit_retry_s`): PUSH is idempotent per id, so
         a push that did run but whose reply was lost is, sent again, a no-op."""
-        delay, give_up = 0.1, time.monotonic() + self.submit_retry_s
+        backoff, give_up = Backoff(0.1, 2.0, spread=(0.5, 1.0)), time.monotonic() + self.submit_retry_s
         while True:
             try:
                 await self.queue.push(tasks, ttl=self.task_ttl, front=front, batch=batch)
@@ -377,10 +377,10 @@ class CaptchaQueue:
                 why = refusal(exc)
                 if why is None:
                     raise
-                if time.monotonic() + delay > give_up:
+                pause = backoff.delay()
+                if time.monotonic() + pause > give_up:
                     raise QueueUnavailable(why, self._url, "submit", [tid for tid, _ in tasks]) from None
-            await asyncio.sleep(delay * (0.5 + random.random() / 2))
-            delay = min(delay * 2, 2.0)
+            await asyncio.sleep(pause)
 
     async def _guarded(self, aw: Awaitable[T], *, doing: str = "") -> T:
         try:
@@ -588,12 +588,13 @@ class CaptchaQueue:
         """Submit and wait. With `retries`, a Failed or TimedOut outcome is resubmitted after an exponential
         backoff (with jitter): ``backoff_s``, ``2*backoff_s``, ... Other outcomes are not retried."""
         outcome: Outcome
+        backoff = Backoff(backoff_s, math.inf, spread=(0.5, 1.0))
         for attempt in range(retries + 1):
             task_id = await self.submit(method, params, deadline=deadline, priority=priority, **more_params)
             outcome = await self.result(task_id, timeout)
             if not isinstance(outcome, Failed | TimedOut) or attempt == retries:
                 return outcome
-            await asyncio.sleep(backoff_s * (2 ** attempt) * (0.5 + random.random() / 2))
+            await backoff.sleep()
         raise AssertionError("unreachable")  # pragma: no cover
 
 

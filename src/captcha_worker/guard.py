@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -24,18 +25,22 @@ T = TypeVar("T")
 
 
 class Backoff:
-    """Delays that double from `first` up to `cap`, each stretched by a random 0-100 % (`jitter`) so that many
-    processes retrying one outage do not come back in step. ``reset`` after a success."""
+    """Delays that double from `first` up to `cap`, each stretched by a random factor in `spread` (default
+    1-2: 0-100 % longer; ``jitter=False`` is no stretch) so that many processes retrying one outage do not come
+    back in step; `limit`: no delay longer than that. ``reset`` after a success."""
 
-    def __init__(self, first: float = 0.05, cap: float = 5.0, *, jitter: bool = True) -> None:
-        self.first, self.cap, self.jitter = first, cap, jitter
+    def __init__(self, first: float = 0.05, cap: float = 5.0, *, jitter: bool = True,
+                 spread: tuple[float, float] = (1.0, 2.0), limit: float = math.inf) -> None:
+        self.first, self.cap, self.limit = first, cap, limit
+        self.spread = spread if jitter else (1.0, 1.0)
         self._next = first
 
     def delay(self) -> float:
         """The next delay (and the one after it doubles)."""
-        d = self._next * (1 + random.random()) if self.jitter else self._next
+        low, high = self.spread
+        d = self._next * (low + (high - low) * random.random()) if high != low else self._next * low
         self._next = min(self._next * 2, self.cap)
-        return d
+        return min(d, self.limit)
 
     def reset(self) -> None:
         self._next = self.first
