@@ -17,6 +17,7 @@ import pytest
 from redis import Redis
 
 from captcha_worker.cli import run_command
+from captcha_worker.config import ConfigError, WorkerConfig
 from captcha_worker.queue import Keys
 from tests.helpers import KEY, ROOT, cli_env, free_port, run_cli
 
@@ -161,6 +162,18 @@ def test_check_fails_on_unreachable_redis(stack: Any) -> None:
 def test_check_without_a_key_is_a_config_error(stack: Any) -> None:
     proc = run_cli("check", env={"REDIS_URL": stack.redis_url})
     assert proc.returncode == 2 and "CAPTCHAAI_KEY is required" in proc.stderr
+
+
+@pytest.mark.parametrize(("name", "value"), [("CAPTCHAAI_THREADS", "0"), ("CAPTCHAAI_THREADS", "ten"),
+                                           ("CAPTCHAAI_URL", "ftp://example.com")])
+def test_check_reads_the_api_settings_by_the_workers_rules(stack: Any, name: str, value: str) -> None:
+    """`check` reads CAPTCHAAI_URL and CAPTCHAAI_THREADS with config.py's parsing: what the worker refuses to
+    start with is a configuration error here too, with the worker's message."""
+    env = env_of(stack, **{name: value})
+    proc = run_cli("check", env=env)
+    with pytest.raises(ConfigError) as refused:
+        WorkerConfig.from_env(env)
+    assert proc.returncode == 2 and f"configuration error: {refused.value}" in proc.stderr, proc.stderr
 
 
 def test_producer_commands_on_unreachable_redis_exit_1(stack: Any) -> None:

@@ -23,7 +23,6 @@ from captcha_worker import __version__, demo, gateway, log, planner, simulator, 
 from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy
 from captcha_worker.client import CaptchaQueue, InvalidTask, Solved
 from captcha_worker.config import (
-    DEFAULT_API_URL,
     ConfigError,
     ProducerConfig,
     ProvidersConfig,
@@ -31,9 +30,11 @@ from captcha_worker.config import (
     Secret,
     WorkerConfig,
     api_key_from_env,
+    api_url_from_env,
     providers_from_env,
     queue_name,
     redact_url,
+    threads_from_env,
 )
 from captcha_worker.connection import connect, describe_refusal, refusal, tls_hint
 from captcha_worker.gateway.config import tenant_json
@@ -216,13 +217,10 @@ def cmd_check(ns: argparse.Namespace) -> int:
         rc = RedisConfig.from_env(env)
         queue = queue_name(env)
         key, _ = api_key_from_env(env, checked=False)
-        api_url = (env.get("CAPTCHAAI_URL") or DEFAULT_API_URL).rstrip("/")
-        threads_text = env.get("CAPTCHAAI_THREADS", "").strip()
-        threads = int(threads_text) if threads_text else None
+        api_url = api_url_from_env(env)
+        threads = threads_from_env(env)
     except ConfigError as exc:
         return _die("captcha-worker check", f"configuration error: {exc}")
-    except ValueError:
-        return _die("captcha-worker check", "configuration error: CAPTCHAAI_THREADS must be an integer")
     checks = run_command(_checks(rc, queue, key, api_url, threads))
     failed = [c for c in checks if not c[1]]
     if ns.json:

@@ -341,12 +341,10 @@ class WorkerConfig:
         env = os.environ if env is None else env
         e = _Env(env)
         key, key_file = api_key_from_env(env)
-        api_url = e.text("CAPTCHAAI_URL", DEFAULT_API_URL).rstrip("/")
-        parts = urlsplit(api_url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ConfigError(f"CAPTCHAAI_URL must be an http(s) URL, got {redact_url(api_url)!r}")
-        e.required("CAPTCHAAI_THREADS", "the plan's concurrent threads (e.g. 10)")
-        threads = e.integer("CAPTCHAAI_THREADS", 0, minimum=1)
+        api_url = api_url_from_env(env)
+        threads = threads_from_env(env)
+        if threads is None:
+            raise ConfigError("CAPTCHAAI_THREADS is required: the plan's concurrent threads (e.g. 10)")
         concurrency = e.integer("WORKER_CONCURRENCY", min(threads, 10), minimum=1, maximum=5000)
         lease = e.number("LEASE_SECONDS", 30.0, minimum=3.0)
         log_level = e.text("LOG_LEVEL", "info").lower()
@@ -414,6 +412,22 @@ def read_key_file(path: str, *, checked: bool = True) -> str:
     except UnicodeDecodeError:
         raise ConfigError(f"CAPTCHAAI_KEY_FILE is not UTF-8 text: {path}") from None
     return check_api_key(text, "CAPTCHAAI_KEY_FILE") if checked else text
+
+
+def api_url_from_env(env: Mapping[str, str]) -> str:
+    """CAPTCHAAI_URL (default DEFAULT_API_URL, no trailing slash): an http(s) URL or a ConfigError."""
+    api_url = _Env(env).text("CAPTCHAAI_URL", DEFAULT_API_URL).rstrip("/")
+    parts = urlsplit(api_url)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ConfigError(f"CAPTCHAAI_URL must be an http(s) URL, got {redact_url(api_url)!r}")
+    return api_url
+
+
+def threads_from_env(env: Mapping[str, str]) -> int | None:
+    """CAPTCHAAI_THREADS, the plan's concurrent threads: an integer >= 1, None when unset (the worker requires
+    it; `captcha-worker check` compares it with the plan when given)."""
+    e = _Env(env)
+    return None if e.raw("CAPTCHAAI_THREADS") is None else e.integer("CAPTCHAAI_THREADS", 0, minimum=1)
 
 
 def api_key_from_env(env: Mapping[str, str], *, checked: bool = True) -> tuple[str, str | None]:
