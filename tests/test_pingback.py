@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from captcha_worker import methods
 from captcha_worker.captchaai import CaptchaAI, RetryPolicy, SolveStats, TaskFailed
 from captcha_worker.config import ConfigError, Secret, WorkerConfig
+from captcha_worker.connection import Refusal
 from captcha_worker.methods import Answer
 from captcha_worker.pingback import ENDED_TTL_MS, Hub, PingbackKeys, Receiver, Ticket, token_hash
 from captcha_worker.polling import FallbackSchedule
@@ -227,14 +228,20 @@ async def test_an_unsolvable_callback_is_confirmed_by_a_poll(live: Live) -> None
     assert time.monotonic() - started < 5
 
 
-async def test_without_redis_a_solve_submits_without_pingback_and_polls(live: Live) -> None:
+async def test_without_redis_a_solve_submits_without_pingback_and_polls(live: Live,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """... and the hub says so once (its own guard: one line per change of state, however many calls failed)."""
+    caplog.set_level(logging.INFO, "captcha_worker.pingback")
     dead = Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5)
     async with Hub(dead, Q, "w1", "http://127.0.0.1:1") as hub:
         live.api.pingback = hub
         stats = SolveStats()
         solution = await live.api.solve(TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 30, stats=stats)
         assert solution.answer.request and stats.polls >= 1
+        assert hub.guard.down is Refusal.CONNECTION
     await dead.aclose()
+    lines = [r.getMessage() for r in caplog.records if r.name == "captcha_worker.pingback"]
+    assert lines.count("pingback_redis_unavailable") == 1 and "pingback_redis_reconnected" not in lines, lines
     assert live.sim.stats().pingbacks_sent == 0
 
 

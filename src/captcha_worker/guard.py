@@ -59,11 +59,13 @@ class _Inc(Protocol):
 
 class RedisGuard:
     """See the module docstring. `errors` counts refusals by reason (the process's ``redis_errors_total``);
-    `on_change` runs whenever down turns to up or back (the readiness gauge); `hint` goes on the down line."""
+    `on_change` runs whenever down turns to up or back (the readiness gauge); `hint` goes on the down line;
+    `prefix` names a part's own view in its lines (the pingback hub's ``pingback_redis_unavailable``)."""
 
     def __init__(self, log: logging.Logger, errors: _Counter, *, on_change: Callable[[], None] = lambda: None,
-                 hint: str = "") -> None:
+                 hint: str = "", prefix: str = "") -> None:
         self._log, self._errors, self._on_change, self._hint = log, errors, on_change, hint
+        self._prefix = prefix
         self.down: Refusal | None = None
         self._since = 0.0
         self._failing: set[object] = set()  # operations retrying an outage (one token each)
@@ -87,14 +89,14 @@ class RedisGuard:
             fields["error"] = type(exc).__name__
         if self._hint:
             fields["hint"] = self._hint
-        event(self._log, "redis_unavailable", logging.WARNING, **fields)
+        event(self._log, f"{self._prefix}redis_unavailable", logging.WARNING, **fields)
         self._on_change()
 
     def ok(self, what: str, *, token: object = None) -> None:
         """An operation went through (`token`: the retrying one it was)."""
         self._failing.discard(token)
         if self.down is not None and not self._failing:
-            event(self._log, "redis_reconnected", op=what, was=self.down.value,
+            event(self._log, f"{self._prefix}redis_reconnected", op=what, was=self.down.value,
                   down_s=round(time.monotonic() - self._since, 1))
             self.down = None
             self._on_change()

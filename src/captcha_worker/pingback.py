@@ -56,7 +56,7 @@ from aiohttp import web
 
 from captcha_worker import metrics
 from captcha_worker.connection import Client, refusal
-from captcha_worker.guard import Backoff
+from captcha_worker.guard import Backoff, RedisGuard
 from captcha_worker.log import event
 from captcha_worker.methods import Answer
 from captcha_worker.service import Site
@@ -120,7 +120,8 @@ class Hub:
         self._take = SlotScript(redis, _TAKE)
         self._waiting: dict[str, Ticket] = {}
         self._loop: asyncio.Task[None] | None = None
-        self._down = False
+        self.guard = RedisGuard(log, metrics.REDIS_ERRORS, hint="solves fall back to polling until Redis is back",
+                                prefix="pingback_")  # the hub's own view: the worker's readiness does not follow it
 
     async def __aenter__(self) -> Hub:
         self._loop = asyncio.create_task(self._wake_loop())
@@ -181,23 +182,20 @@ class Hub:
         try:
             result = await script(keys=keys, args=args)
         except Exception as exc:  # pingbacks are best effort: any failure leaves the solve to its polls
-            why = refusal(exc)
-            if why is not None:
-                metrics.REDIS_ERRORS.labels(why.value).inc()
-            self._set_down(True, what, why.value if why is not None else type(exc).__name__)
+            self._failed(what, exc)
             return None
-        self._set_down(False, what, "")
+        self.guard.ok(what)
         return result
 
-    def _set_down(self, down: bool, what: str, why: str) -> None:
-        if down == self._down:
-            return
-        self._down = down
-        if down:
-            event(log, "pingback_redis_unavailable", logging.WARNING, op=what, reason=why,
-                  hint="solves fall back to polling until Redis is back")
+    def _failed(self, what: str, exc: Exception) -> None:
+        """A refusal goes to the hub's guard (one line per change of state); anything else is not Redis being
+        down but a failure of this call, logged as such."""
+        why = refusal(exc)
+        if why is not None:
+            self.guard.failed(why, what, exc)
         else:
-            event(log, "pingback_redis_reconnected", op=what)
+            event(log, "pingback_call_failed", logging.WARNING, op=what, error=type(exc).__name__,
+                  hint="this solve falls back to polling")
 
     async def _wake_loop(self) -> None:
         """BLPOP this worker's wake list; every handle popped wakes its solve (handles of solves no longer
@@ -212,14 +210,11 @@ class Hub:
                     more = await self.redis.lpop(key, WAKE_BATCH)  # type: ignore[misc]
                     handles += more or []
                 backoff.reset()
-                self._set_down(False, "pingback_wake", "")
+                self.guard.ok("pingback_wake")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                why = refusal(exc)
-                if why is not None:
-                    metrics.REDIS_ERRORS.labels(why.value).inc()
-                self._set_down(True, "pingback_wake", why.value if why is not None else type(exc).__name__)
+                self._failed("pingback_wake", exc)
                 await asyncio.sleep(backoff.delay())
                 continue
             for handle in handles:
