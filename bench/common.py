@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import venvs
+from bench.base import ROOT as ROOT  # noqa: PLC0414 - the benchmarks import it from here
+from bench.base import log as log  # noqa: PLC0414
 from captcha_worker.localredis import free_port
 from captcha_worker.localredis import stop_process as stop_process  # noqa: PLC0414 - the benchmarks import it from here
 from tests import procs
 from tests.helpers import wait_listening
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 KEY = "0123456789abcdef0123456789abcdef"  # a well-formed key the simulator accepts
 
@@ -181,7 +183,6 @@ def _cmd_out(cmd: Sequence[str]) -> str | None:
 def machine_facts() -> dict[str, Any]:
     redis_version = _cmd_out(["redis-server", "--version"]) or ""
     rv = next((part.split("=", 1)[1] for part in redis_version.split() if part.startswith("v=")), redis_version)
-    from bench import venvs  # noqa: PLC0415 - bench.venvs imports this module
     commit = _cmd_out(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
     dirty = bool(_cmd_out(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"]))
     return {
@@ -217,10 +218,6 @@ def write_result(out_dir: Path, name: str, data: dict[str, Any], *, smoke: bool,
     tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     tmp.replace(path)
     return path
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

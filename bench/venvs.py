@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import ROOT, log
+from bench.base import ROOT, log
 
 REQUIREMENTS = ROOT / "bench" / "requirements"
 PEERS = ("arq", "dramatiq", "taskiq", "celery")

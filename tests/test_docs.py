@@ -211,6 +211,10 @@ def test_the_package_imports_run_one_way() -> None:
         name = ".".join(p for p in rel.parts if p != "__init__")
         if top(name) in graph:
             graph[top(name)] |= {top(m) for m in _imports(name)} - {top(name)}
+    _assert_acyclic(graph)
+
+
+def _assert_acyclic(graph: dict[str, set[str]]) -> None:
     for start in graph:  # a depth-first walk from every module: meeting `start` again is a cycle
         stack: list[tuple[str, list[str]]] = [(start, [start])]
         seen: set[str] = set()
@@ -221,6 +225,31 @@ def test_the_package_imports_run_one_way() -> None:
                 if nxt not in seen:
                     seen.add(nxt)
                     stack.append((nxt, [*trail, nxt]))
+
+
+def _bench_imports(source: Path) -> set[str]:
+    """The bench modules `source` imports (``from bench import x``, ``from bench.x import y``, ``import
+    bench.x``), at the top or inside functions."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "bench":
+            found |= {f"bench.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bench."):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("bench.")}
+    return found
+
+
+def test_the_benchmarks_import_one_way() -> None:
+    """No import cycle among the bench/ modules either (bench.common and bench.venvs imported each other), and
+    the package never imports them (its own graph above has no bench node to reach)."""
+    graph = {f"bench.{p.stem}": _bench_imports(p) for p in (ROOT / "bench").glob("*.py") if p.stem != "__init__"}
+    assert "bench.venvs" in graph["bench.common"], "the scan finds bench.common's import of bench.venvs"
+    assert {m for deps in graph.values() for m in deps} <= set(graph), "every bench import resolves to a file"
+    _assert_acyclic(graph)
+    for source in (ROOT / "src" / "captcha_worker").rglob("*.py"):
+        assert not _bench_imports(source) and "import bench" not in source.read_text(), f"{source} imports bench"
 
 
 def test_make_phony_names_only_targets_that_exist() -> None:
