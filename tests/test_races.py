@@ -9,11 +9,14 @@ until the other has landed, against a real redis-server, the real simulator and 
    (Redis Cluster): a batch whose connection fails after the write is reported unconfirmed and run again.
 5. Delivered once across a failover: a result read from a master before it was replicated, then pushed again by
    the worker's ACK retried on the new master, reaches the producer's application once (idempotent by id).
+6. A unit given back for a paid solve (``Worker.drop_unit``) stays given back: a heartbeat whose snapshot still
+   held it, sent before the unit went back and reaching Redis after, must not count it again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -31,8 +34,9 @@ from captcha_worker.budget import unit_of
 from captcha_worker.client import CaptchaQueue, Solved
 from captcha_worker.config import WorkerConfig
 from captcha_worker.connection import NotReplicated
-from captcha_worker.queue import Ack, RedisQueue
+from captcha_worker.queue import Ack, RedisQueue, Renewal
 from captcha_worker.simulator import SimConfig, SimulatorServer
+from captcha_worker.simulator.config import Profile
 from captcha_worker.task import Result, Status
 from captcha_worker.worker import Worker
 from tests import helpers
@@ -44,6 +48,8 @@ SPEED = 50.0
 #: 6 s would let the reaper take the lease meanwhile (another interleaving than the one forced)
 LEASE_S = "6"
 TURNSTILE = {"sitekey": "0x4AAAAAAA", "pageurl": "https://example.com/login"}
+HCAPTCHA = {"sitekey": "a5f74b19-9e45-40e0-b45d-47ff91b7a6c2", "pageurl": "https://example.com/signup"}
+PKEY = "p2captcha0123456789abcdef0123456"  # the simulator takes any 32 letters and digits
 
 
 @asynccontextmanager
@@ -199,6 +205,83 @@ async def test_a_worker_that_lost_its_task_leaves_the_new_owners_item_alone(redi
     assert await q.ack("a", Result("a", Status.SOLVED, solution="tok2"), result_ttl=60, worker="new-owner",
                        unit=theirs.unit) is False
     assert await redis.llen(q.keys.processing) == 0 and await redis.zcard(q.keys.budget) == 0
+
+
+async def test_a_unit_given_back_for_a_paid_solve_is_not_counted_again_by_a_heartbeat_sent_before(
+        redis: Redis, redis_server: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A kind CaptchaAI lacks (hCaptcha) is claimed with a unit, then solved at a per-solve provider: the job gives
+    its unit back first (drop_unit). Forced: the heartbeat's snapshot holds the job with its unit; the unit goes
+    back before that renewal reaches Redis. While the provider still solves, the budget must not hold the unit
+    (on the code before the fix RENEW re-created it and logged budget_units_lost), and no unit outlives the task."""
+    caplog.set_level(logging.WARNING, logger="captcha_worker.worker")
+    async with SimulatorServer(SimConfig(profile=Profile.TWOCAPTCHA, speed=SPEED, seed=2)) as paid:
+        doc = {"providers": [{"name": "twocaptcha", "protocol": "res.php", "url": paid.url, "key": PKEY,
+                              "kinds": ["hcaptcha"], "price_per_1000": {"hcaptcha": 1.45}}],
+               "cap": {"hour": 5.0, "day": 50.0}}
+        async with running_worker(redis_server.url, PROVIDERS=json.dumps(doc)) as w, \
+                CaptchaQueue.from_url(redis_server.url, overflow_kinds={"hcaptcha"}) as producer:
+            snapshot_taken, given_back, raced, solve_on = (asyncio.Event() for _ in range(4))
+            real_drop, real_renew = w.drop_unit, w.queue.renew
+            overflow = w.overflow
+            assert overflow is not None
+            real_paid = overflow.solve
+
+            async def drop_after_the_snapshot(job: Any) -> None:
+                await snapshot_taken.wait()
+                await real_drop(job)
+                given_back.set()
+
+            async def paid_held(*args: Any, **kwargs: Any) -> Any:
+                await solve_on.wait()
+                return await real_paid(*args, **kwargs)
+
+            async def renew_after_the_drop(items: Any, *args: Any, **kwargs: Any) -> Any:
+                if not snapshot_taken.is_set() and any(r.unit for r in items):  # the job, with its unit
+                    snapshot_taken.set()
+                    await given_back.wait()  # the unit went back before this renewal reaches Redis
+                    result = await real_renew(items, *args, **kwargs)
+                    raced.set()
+                    return result
+                return await real_renew(items, *args, **kwargs)
+
+            setattr(w, "drop_unit", drop_after_the_snapshot)
+            setattr(w.queue, "renew", renew_after_the_drop)
+            setattr(overflow, "solve", paid_held)
+            task_id = await producer.submit("hcaptcha", HCAPTCHA)
+            await asyncio.wait_for(raced.wait(), 30)
+            unit_while_paid = await redis.zscore(w.queue.keys.budget, unit_of(task_id))
+            solve_on.set()
+            outcome = await producer.result(task_id, timeout=30)
+            in_use = await redis.zcard(w.queue.keys.budget)
+    assert isinstance(outcome, Solved)
+    assert unit_while_paid is None, "a heartbeat sent before the unit went back counted it again (a phantom unit)"
+    assert [r.getMessage() for r in caplog.records].count("budget_units_lost") == 0
+    assert in_use == 0, "a unit outlived its task"
+
+
+async def test_a_unit_given_back_is_fenced_by_owner_and_ends_with_the_claim(redis: Redis) -> None:
+    """UNIT_DROP on its own: a stale renewal after it renews the lease, not the unit; a worker that lost the task
+    cannot give back the new owner's unit; the task's next claim (after a RELEASE) renews its unit again."""
+    q = RedisQueue(redis, "given")
+    await q.push([("a", '{"id":"a","method":"hcaptcha","params":{}}')], ttl=100)
+    (first,) = await q.claim(1, lease_s=600, worker="w1")
+    assert first.unit == unit_of("a")
+    assert await q.drop_unit("a", first.unit, worker="w1") is True
+    stale = await q.renew([Renewal("a", first.unit)], lease_s=600, worker="w1")
+    assert (stale.lost, stale.recounted) == ([], [])
+    assert await redis.zscore(q.keys.budget, unit_of("a")) is None, "the stale renewal counted the unit again"
+    assert await q.release("a", failure=False, front=True, worker="w1", unit=first.unit) is True
+    (second,) = await q.claim(1, lease_s=600, worker="w2")
+    assert second.unit == unit_of("a")
+    assert await q.drop_unit("a", unit_of("a"), worker="w1") is False, "w1 gave back w2's unit"
+    await redis.zadd(q.keys.budget, {unit_of("a"): 1})  # w2's unit expired while it stalled...
+    await redis.zremrangebyscore(q.keys.budget, "-inf", 1)
+    again = await q.renew([Renewal("a", second.unit)], lease_s=600, worker="w2")
+    assert again.recounted == [unit_of("a")], "...and is counted again: its solve runs on"
+    assert await q.release("a", failure=False, front=True, worker="w2", unit=second.unit) is True
+    (third,) = await q.claim(1, lease_s=600, worker="w1")  # w1 claims it anew: its earlier give-back is over
+    await redis.zrem(q.keys.budget, unit_of("a"))
+    assert (await q.renew([Renewal("a", third.unit)], lease_s=600, worker="w1")).recounted == [unit_of("a")]
 
 
 # -- 4. a durable write confirmed only by a WAIT on its own connection (Redis Cluster) ------------------------

@@ -177,6 +177,7 @@ _PUSH = lua("push", LUA_CONSTANTS)
 _CLAIM = lua("claim", LUA_CONSTANTS)
 _LEASE = lua("lease", LUA_CONSTANTS)
 _RENEW = lua("renew", LUA_CONSTANTS)
+_UNIT_DROP = lua("unit_drop", LUA_CONSTANTS)
 _ADOPT = lua("adopt", LUA_CONSTANTS)
 _RECORD = lua("record", LUA_CONSTANTS)
 _ACK = lua("ack", LUA_CONSTANTS)
@@ -221,6 +222,7 @@ class RedisQueue:
         self._claim = SlotScript(redis, _CLAIM)
         self._lease = SlotScript(redis, _LEASE)
         self._renew = SlotScript(redis, _RENEW)
+        self._unit_drop = SlotScript(redis, _UNIT_DROP)
         self._adopt = SlotScript(redis, _ADOPT)
         self._record = SlotScript(redis, _RECORD)
         self._ack = SlotScript(redis, _ACK)
@@ -333,6 +335,13 @@ class RedisQueue:
             args += (r.item, task_id_of(r.item), r.unit or "")
         lost, recounted = await self._runner.eval_raw(self._renew, [self.keys.leases, self.keys.budget], args)
         return Renewed([as_text(v) for v in lost], [cast(str, str_or_none(u)) for u in recounted])
+
+    async def drop_unit(self, task_id: str, unit: str, *, worker: str) -> bool:
+        """UNIT_DROP: `worker`'s job of `task_id` gives its plan-thread unit back (a per-solve provider solves it);
+        no renewal of this claim counts it again, even one sent before. False when another worker owns the task
+        (this one stalled past its lease): that worker's unit is left alone."""
+        given = await self._unit_drop(keys=[self.keys.budget, self.keys.task(task_id)], args=[unit, worker])
+        return bool(given)
 
     def _count_keys(self) -> list[str]:
         k = self.keys

@@ -191,13 +191,15 @@ class Worker:
 
     async def drop_unit(self, job: Job) -> None:
         """Give the job's plan-thread unit back: a per-solve provider solves it. From now on no heartbeat renews
-        it; the job's outcome removes it again (a renewal sent before this may have counted it again)."""
+        it, not even one whose snapshot was taken before (UNIT_DROP marks the claim; RENEW reads the mark with the
+        lease); the job's outcome removes it again all the same (idempotent)."""
         if job.unit is None or job.unit_dropped:
             return
+        assert job.task is not None  # a unit is taken for a task only
         job.unit_dropped = True
         self._held -= 1
         metrics.BUDGET_HELD.set(self._held)
-        await self._redis("unit_release", self.queue.budget.release, [job.unit])
+        await self._redis("unit_release", self.queue.drop_unit, job.task.id, job.unit, worker=self.id)
         self._wake.set()  # a unit is free: a claim may take it
 
     def hurry(self) -> bool:

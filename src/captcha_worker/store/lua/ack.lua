@@ -37,13 +37,13 @@ local function ack(task, result_key, reply_key, item, result, worker, unit, hold
     -- of the result delivered (for reports): a result written first keeps its own.
     if won == 1 and captcha ~= '' then
       redis.call('HSET', task, 'state', 'done', 'captcha_id', captcha)
-      redis.call('HDEL', task, 'body', 'owner', 'captcha_until')
+      redis.call('HDEL', task, 'body', 'owner', 'unit_given', 'captcha_until')
     elseif won == 1 then
       redis.call('HSET', task, 'state', 'done')
-      redis.call('HDEL', task, 'body', 'owner', 'captcha_until', 'captcha_id')
+      redis.call('HDEL', task, 'body', 'owner', 'unit_given', 'captcha_until', 'captcha_id')
     else
       redis.call('HSET', task, 'state', 'done')
-      redis.call('HDEL', task, 'body', 'owner', 'captcha_until')
+      redis.call('HDEL', task, 'body', 'owner', 'unit_given', 'captcha_until')
     end
     -- a unit held past the outcome (the solve may still run at the API): the tombstone says until when (AUDIT)
     if hold_s > 0 then redis.call('HSET', task, 'captcha_until', string.format('%.3f', now + hold_s)) end

@@ -22,7 +22,7 @@ redis.call('LTRIM', dead, 0, dead_cap - 1)
 local known = redis.call('EXISTS', task) == 1
 if known and not raw then
   redis.call('HSET', task, 'state', 'dead')
-  redis.call('HDEL', task, 'owner')
+  redis.call('HDEL', task, 'owner', 'unit_given')
   if hold_s > 0 then redis.call('HSET', task, 'captcha_until', string.format('%.3f', now + hold_s)) end
 end
 if known and raw then return {1, 0} end

@@ -14,7 +14,7 @@ local function requeue(item, why)
   if redis.call('EXISTS', task) == 1 then
     redis.call('HSET', task, 'last_error', why)
     redis.call('HINCRBY', task, 'deaths', 1)
-    redis.call('HDEL', task, 'owner')
+    redis.call('HDEL', task, 'owner', 'unit_given')
   end
   return 1
 end

@@ -20,7 +20,7 @@ if front then redis.call('LPUSH', pending, item) else redis.call('RPUSH', pendin
 if redis.call('EXISTS', task) == 1 then
   if failure then redis.call('HINCRBY', task, 'failures', 1) end
   if last_error ~= '' then redis.call('HSET', task, 'last_error', last_error) end
-  redis.call('HDEL', task, 'owner')
+  redis.call('HDEL', task, 'owner', 'unit_given')
   if hold_s > 0 and captcha ~= '' then
     redis.call('HSET', task, 'captcha_id', captcha, 'captcha_until', string.format('%.3f', now + hold_s))
   elseif hold_s <= 0 then

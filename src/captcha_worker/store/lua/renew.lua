@@ -5,7 +5,9 @@
 -- Per item, atomically: while its lease exists and its task is not owned by another worker, the lease and the unit
 -- are kept a lease from now (a hold is never shortened; a unit that had expired while its worker stalled is counted
 -- again, its solve runs on). An item whose lease is gone (acked, buried, released or reaped) or whose task another
--- worker owns is left alone, unit included: a unit is renewed only with its lease.
+-- worker owns is left alone, unit included: a unit is renewed only with its lease. A unit the claim gave back
+-- (UNIT_DROP: the task's unit_given is this worker) is never renewed nor counted again, whatever the heartbeat's
+-- snapshot said: it may have been taken before the unit went back.
 -- Returns {items not renewed, units counted again}.
 --! include now
 local RENEW_ARGS, FIRST_ARG = 3, 4
@@ -13,12 +15,13 @@ local leases, units, lease_s, worker, task_prefix = KEYS[1], KEYS[2], tonumber(A
 local lost, recounted = {}, {}
 for i = FIRST_ARG, #ARGV, RENEW_ARGS do
   local item, tid, unit = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local owner = tid ~= '' and redis.call('HGET', task_prefix .. tid, 'owner')
+  local f = tid ~= '' and redis.call('HMGET', task_prefix .. tid, 'owner', 'unit_given')
+  local owner = f and f[1]
   if not redis.call('ZSCORE', leases, item) or (owner and owner ~= worker) then
     lost[#lost + 1] = item
   else
     redis.call('ZADD', leases, now + lease_s, item)
-    if unit ~= '' then
+    if unit ~= '' and not (f and f[2] == worker) then
       if not redis.call('ZSCORE', units, unit) then recounted[#recounted + 1] = unit end
       redis.call('ZADD', units, 'GT', now + lease_s, unit)
     end

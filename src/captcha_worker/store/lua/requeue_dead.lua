@@ -11,8 +11,8 @@ if mode == 'stored' and redis.call('HEXISTS', task, 'body') == 0 then return GON
 redis.call('LREM', dead, 1, entry)
 if mode ~= 'raw' then
   if mode == 'body' then redis.call('HSET', task, 'body', body) end
-  redis.call('HDEL', task, 'state', 'last_error', 'attempts', 'failures', 'deaths', 'owner', 'captcha_id',
-             'captcha_until')
+  redis.call('HDEL', task, 'state', 'last_error', 'attempts', 'failures', 'deaths', 'owner', 'unit_given',
+             'captcha_id', 'captcha_until')
   redis.call('EXPIRE', task, ttl)
   redis.call('DEL', result)
 end
