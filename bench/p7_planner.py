@@ -3,10 +3,11 @@ and compare the measured wait with the prediction.
 
 For each case: ``captcha-worker plan --rate R --mix M --p95-wait TARGET --plan LAB=T:1`` (the plan table reduced
 to one T-thread plan, so the recommendation is that plan and its worker.concurrency), then ``demo.running_stack``
-starts redis-server, the simulator (T threads, ``--speed S``, no faults) and T / concurrency worker processes, and
-a producer submits tasks of the mix as a Poisson stream of rate R × S (conditioned on its count: ``_arrivals``)
-for ``duration`` seconds. Each solved task's queue wait (submission to claim, ``Solved.queued_s``) times S is a
-wait in real seconds; tasks submitted during the warm-up are left out. ``tests/test_planner.py`` runs one short case.
+starts redis-server, the simulator (T threads, ``--speed S``, no faults, ``--seed``: the run's seed, so its solve
+times repeat) and T / concurrency worker processes, and a producer submits tasks of the mix as a Poisson stream of
+rate R × S (conditioned on its count: ``_arrivals``) for ``duration`` seconds. Each solved task's queue wait
+(submission to claim, ``Solved.queued_s``) times S is a wait in real seconds; tasks submitted during the warm-up
+are left out. ``tests/test_planner.py`` runs one short case.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ async def _drive(case: Case, rec: dict[str, Any], speed: float, duration_s: floa
 
     release = rec["releases"][0]
     ns = argparse.Namespace(threads=release["threads"], workers=release["max_replicas"],
-                            concurrency=release["concurrency"], speed=speed, unsolvable=0.0)
+                            concurrency=release["concurrency"], speed=speed, unsolvable=0.0, seed=seed)
     arrivals = _arrivals(parse_rate(case.rate) * speed, parse_mix(case.mix), duration_s, seed)
     async with demo.running_stack(ns) as (stack, _), CaptchaQueue.from_url(stack.redis_url) as q:
         await _ready(q, ns.workers)

@@ -105,7 +105,7 @@ async def running_stack(ns: argparse.Namespace) -> AsyncIterator[tuple[Stack, st
         redis_kind = await _start_redis(stack, redis_port)
         await _spawn(stack, "simulator", ["simulator", "--port", str(sim_port), "--threads", str(ns.threads),
                                           "--speed", str(ns.speed), "--over-cap", "zero_balance",
-                                          "--fault", f"unsolvable={ns.unsolvable}"], {})
+                                          "--fault", f"unsolvable={ns.unsolvable}", *_seed_args(ns)], {})
         await _wait_for(lambda: port_open(sim_port), "simulator")
         env = {"REDIS_URL": stack.redis_url, "CAPTCHAAI_KEY": stack.key, "CAPTCHAAI_URL": stack.sim_url,
                "CAPTCHAAI_THREADS": str(ns.threads), "WORKER_CONCURRENCY": str(ns.concurrency),
@@ -127,6 +127,13 @@ async def running_stack(ns: argparse.Namespace) -> AsyncIterator[tuple[Stack, st
             await _stop(proc)
         for close in stack.closers:
             close()
+
+
+def _seed_args(ns: argparse.Namespace) -> list[str]:
+    """``--seed N`` for the simulator when the run asks for one (``ns.seed``): its solve times, ids and answers
+    then repeat from run to run (bench.p7_planner's chance-band check needs that)."""
+    seed = getattr(ns, "seed", None)
+    return [] if seed is None else ["--seed", str(seed)]
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:
