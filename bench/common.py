@@ -26,7 +26,6 @@ from typing import Any
 from bench import venvs
 from bench.base import ROOT as ROOT  # noqa: PLC0414 - the benchmarks import it from here
 from bench.base import log as log  # noqa: PLC0414
-from captcha_worker.localredis import free_port
 from captcha_worker.localredis import stop_process as stop_process  # noqa: PLC0414 - the benchmarks import it from here
 from tests import procs
 from tests.helpers import wait_listening
@@ -233,10 +232,25 @@ def worker_env(redis_url: str, *, concurrency: int, threads: int, api_url: str =
                **extra: str) -> dict[str, str]:
     """The environment `captcha-worker run` reads (docs/contracts.md), for a bench worker."""
     env = python_env(REDIS_URL=redis_url, CAPTCHAAI_KEY=KEY, CAPTCHAAI_URL=api_url, CAPTCHAAI_THREADS=str(threads),
-                     WORKER_CONCURRENCY=str(concurrency), METRICS_PORT=str(free_port()),
+                     WORKER_CONCURRENCY=str(concurrency), METRICS_PORT="0",
                      METRICS_HOST="127.0.0.1", DRAIN_GRACE_SECONDS="1")
     env.update(extra)
     return env
+
+
+@contextlib.contextmanager
+def listening(cmd: Sequence[str], env: dict[str, str], what: str) -> Iterator[tuple[subprocess.Popen[bytes], Any]]:
+    """A child started on port 0 (METRICS_PORT=0, GATEWAY_PORT=0), its output in a temporary log: yields it and the
+    match of its own `listening on` line (tests.helpers.wait_listening: `port`, and a gateway's `metrics`), so no
+    other process can take its port between a pick and its bind; stopped (SIGTERM, 20 s) at the end."""
+    with tempfile.TemporaryDirectory(prefix="bench-child-") as d:
+        path = Path(d) / "out.log"
+        with open(path, "wb") as out:
+            proc = subprocess.Popen(list(cmd), env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield proc, wait_listening(proc, path, what)
+        finally:
+            stop_process(proc, timeout=20)
 
 
 def wait_for_workers(r: Any, n: int, *, timeout: float = 30.0, settle_s: float = 0.5,

@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from bench.common import ROOT, RedisServer, SimulatorProcess, log, stop_process, summary, wait_for_workers, worker_env
+from bench.common import RedisServer, SimulatorProcess, listening, log, summary, wait_for_workers, worker_env
 from captcha_worker.client import CaptchaQueue
 
 LATENCY = "turnstile=20:2"
@@ -68,10 +68,8 @@ def one_level(level: int, *, subwindows: int, subwindow_s: float, settle_s: floa
     with RedisServer() as rs, SimulatorProcess(["--threads", str(max(10 * level, 1000)), "--latency", LATENCY,
                                                 "--speed", "1"]) as sim:
         env = worker_env(rs.url, concurrency=level, threads=level, api_url=sim.url)
-        metrics_port = int(env["METRICS_PORT"])
-        worker = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], env=env, cwd=ROOT,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
+        with listening([sys.executable, "-m", "captcha_worker.cli", "run"], env, "bench worker") as (worker, m):
+            metrics_port = int(m["port"])  # METRICS_PORT=0: the port its `metrics listening on` line names
             r = rs.client()
             wp = psutil.Process(worker.pid)
             simp = psutil.Process(sim.proc.pid) if sim.proc else None
@@ -107,8 +105,6 @@ def one_level(level: int, *, subwindows: int, subwindow_s: float, settle_s: floa
             worker_in_flight = _metric(metrics_port, "captcha_solver_in_flight")
             st = sim.stats()
             pending_left = int(r.llen("{captcha}:pending"))
-        finally:
-            stop_process(worker, timeout=20)
     calls = st["calls"]
     window = st["window_seconds"] or 1.0
     return {

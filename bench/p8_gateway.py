@@ -39,6 +39,7 @@ from redis.asyncio import Redis
 from bench.common import (
     ROOT,
     RedisServer,
+    listening,
     log,
     percentile,
     python_env,
@@ -47,7 +48,6 @@ from bench.common import (
     worker_env,
 )
 from captcha_worker.client import CaptchaQueue, Solved
-from captcha_worker.localredis import free_port, wait_port
 from captcha_worker.queue import Ack, RedisQueue
 from captcha_worker.task import Result, Status, Timings
 
@@ -67,17 +67,11 @@ CREATE_TASK = {"clientKey": TENANT_KEY, "task": {"type": "TurnstileTaskProxyless
 @contextlib.contextmanager
 def gateway(redis_url: str) -> Iterator[tuple[str, Any]]:
     """A gateway process; yields its URL and its psutil.Process."""
-    port, metrics_port = free_port(), free_port()
-    env = python_env(REDIS_URL=redis_url, GATEWAY_TENANTS=TENANTS, GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=str(port),
-                     METRICS_HOST="127.0.0.1", METRICS_PORT=str(metrics_port), LOG_LEVEL="warning")
-    proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "gateway"], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port)
-        wait_port(metrics_port)
-        yield f"http://127.0.0.1:{port}", psutil.Process(proc.pid)
-    finally:
-        stop_process(proc)
+    env = python_env(REDIS_URL=redis_url, GATEWAY_TENANTS=TENANTS, GATEWAY_HOST="127.0.0.1", GATEWAY_PORT="0",
+                     METRICS_HOST="127.0.0.1", METRICS_PORT="0", LOG_LEVEL="warning")
+    # both on port 0: its `listening on URL (metrics on port N)` line names the ports it bound
+    with listening([sys.executable, "-m", "captcha_worker.cli", "gateway"], env, "bench gateway") as (proc, m):
+        yield m["url"].decode(), psutil.Process(proc.pid)
 
 
 @contextlib.contextmanager

@@ -114,6 +114,8 @@ def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = N
 #: the line `captcha-worker simulator` and `captcha-worker gateway` print once their sockets are bound
 LISTENING = re.compile(rb"listening on (?P<url>https?://\S+:(?P<port>\d+))"
                        rb"(?: \(metrics on port (?P<metrics>\d+)\))?")
+#: a worker's pingback receiver (PINGBACK_PORT=0), printed after its metrics line
+PINGBACK_LISTENING = re.compile(rb"pingback listening on (?P<url>https?://\S+:(?P<port>\d+))")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -127,19 +129,20 @@ def cpu_seconds(pid: int) -> float:
 
 
 def wait_listening(proc: subprocess.Popen[bytes], log: Path, what: str, cpu_budget: float = 15.0, *,
-                   offset: int = 0) -> re.Match[bytes]:
+                   offset: int = 0, pattern: re.Pattern[bytes] = LISTENING) -> re.Match[bytes]:
     """Wait for a child started on port 0 to print its `listening on URL` line; the match names the ports it bound.
 
     The child's own signal, not a guessed port: nothing can take its port first. It fails as soon as the child
     exits (with its exit code and last output), or once the child has burnt `cpu_budget` seconds of CPU without
     listening: CPU, not wall time, so a loaded machine only makes the wait longer, never fails it. `offset`: where
-    this start's output begins in `log` (a log appended to by restarts)."""
+    this start's output begins in `log` (a log appended to by restarts); `pattern`: another line of the kind (a
+    worker's `PINGBACK_LISTENING`)."""
     while True:
-        m = LISTENING.search(log.read_bytes()[offset:])
+        m = pattern.search(log.read_bytes()[offset:])
         if m:
             return m
         code = proc.poll()
-        if code is not None and not LISTENING.search(log.read_bytes()[offset:]):
+        if code is not None and not pattern.search(log.read_bytes()[offset:]):
             raise RuntimeError(f"{what} exited with code {code} before listening; its last output:\n{tail(log)}")
         if cpu_seconds(proc.pid) > cpu_budget:
             raise RuntimeError(f"{what} (pid {proc.pid}) used {cpu_budget}s of CPU without listening; "

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,11 +17,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlencode
 
+import aiohttp
 import redis as sync_redis
+from aiohttp import web
 
 from captcha_worker.localredis import LocalRedis
-from tests.helpers import ROOT, cli_env, free_port, wait_listening
+from tests.helpers import PINGBACK_LISTENING, ROOT, cli_env, free_port, wait_listening
 
 
 @dataclass
@@ -85,6 +90,7 @@ class WorkerProc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self._metrics_port = 0
+        self._pingback_port = 0
 
     @property
     def log(self) -> Path:
@@ -93,7 +99,7 @@ class WorkerProc:
 
     def start(self) -> None:
         self.starts += 1
-        self._metrics_port = 0
+        self._metrics_port = self._pingback_port = 0
         log = open(self.log, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"],
                                      env=cli_env(**{"METRICS_HOST": "127.0.0.1", **self.env, "METRICS_PORT": "0"}),
@@ -107,6 +113,16 @@ class WorkerProc:
             assert self.proc is not None, f"{self.name} was never started"
             self._metrics_port = int(wait_listening(self.proc, self.log, f"worker {self.name}")["port"])
         return self._metrics_port
+
+    @property
+    def pingback_port(self) -> int:
+        """The port its pingback receiver bound (started with PINGBACK_URL and PINGBACK_PORT=0): waits for the
+        child's `pingback listening on` line, as `metrics_port` does."""
+        if not self._pingback_port:
+            assert self.proc is not None, f"{self.name} was never started"
+            self._pingback_port = int(wait_listening(self.proc, self.log, f"worker {self.name}'s pingback receiver",
+                                                     pattern=PINGBACK_LISTENING)["port"])
+        return self._pingback_port
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None
@@ -351,3 +367,62 @@ def stack(logdir: Path, sim_args: list[str], env: dict[str, str],
                             w.wait(5)
     finally:
         redis.stop()
+
+
+@dataclass
+class Relay:
+    """The network between the simulator and a worker's pingback receiver: a GET relay in a thread of its own, on
+    port 0 (`url`), so a worker's PINGBACK_URL is known before the worker starts and its receiver binds port 0
+    (`target` set from `WorkerProc.pingback_port`). Forwards each callback to `target` `copies` times (0: dropped,
+    answered 200), after `forged` extra calls with a wrong token and an unknown handle; records what it relayed."""
+
+    target: str = ""
+    copies: int = 1
+    forge: bool = False
+    port: int = 0  # bound on port 0 by start(): the one the OS chose
+    seen: list[dict[str, str]] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        ready = threading.Event()
+        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
+        assert ready.wait(10)
+
+    def _serve(self, ready: threading.Event) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self._relay)
+        runner = web.AppRunner(app, access_log=None)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+        self.port = int(runner.addresses[0][1])
+        ready.set()
+        loop.run_forever()
+
+    async def _relay(self, request: web.Request) -> web.Response:
+        query = dict(request.query)
+        self.seen.append(query)
+        async with aiohttp.ClientSession() as session:
+            if self.forge:
+                forged = {**query, "t": query["t"][:-4] + "AAAA"}
+                await self._get(session, f"{request.path}?{urlencode(forged)}")
+                other = request.path.rsplit("/", 1)[0] + "/" + "Z" * 16
+                await self._get(session, f"{other}?{urlencode(query)}")
+            status = 200
+            for _ in range(self.copies):
+                status = await self._get(session, request.path_qs)
+        return web.Response(status=status)
+
+    async def _get(self, session: aiohttp.ClientSession, path_qs: str) -> int:
+        try:
+            async with session.get(self.target + path_qs) as resp:
+                self.statuses.append(resp.status)
+                return resp.status
+        except aiohttp.ClientError:
+            self.statuses.append(502)
+            return 502

@@ -10,81 +10,18 @@ down (worker 0 stopped: the simulator's pingbacks fail, worker 1 solves by polli
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from urllib.parse import urlencode
 
-import aiohttp
 import pytest
-from aiohttp import web
 
 from captcha_worker.client import CaptchaQueue, Solved, TaskSpec
-from tests.helpers import free_port, wait_port, worker_env
-from tests.procs import Stack
+from tests.helpers import worker_env
+from tests.procs import Relay, Stack
 from tests.procs import stack as procs_stack
 
 N = 20
 SPEED = "10"
 TASK = TaskSpec("turnstile", {"sitekey": "0x4AAAAAAAB0000000000000", "pageurl": "https://example.com/login"})
-
-
-@dataclass
-class Relay:
-    """GET relay in a thread of its own: forwards each callback to `target` `copies` times (0: dropped, answered
-    200), after `forged` extra calls with a wrong token and an unknown handle; records what it relayed."""
-
-    target: str = ""
-    copies: int = 1
-    forge: bool = False
-    port: int = 0  # bound on port 0 by start(): the one the OS chose
-    seen: list[dict[str, str]] = field(default_factory=list)
-    statuses: list[int] = field(default_factory=list)
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        ready = threading.Event()
-        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
-        assert ready.wait(10)
-
-    def _serve(self, ready: threading.Event) -> None:
-        loop = self._loop = asyncio.new_event_loop()
-        app = web.Application()
-        app.router.add_get("/{tail:.*}", self._relay)
-        runner = web.AppRunner(app, access_log=None)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
-        self.port = int(runner.addresses[0][1])
-        ready.set()
-        loop.run_forever()
-
-    async def _relay(self, request: web.Request) -> web.Response:
-        query = dict(request.query)
-        self.seen.append(query)
-        async with aiohttp.ClientSession() as session:
-            if self.forge:
-                forged = {**query, "t": query["t"][:-4] + "AAAA"}
-                await self._get(session, f"{request.path}?{urlencode(forged)}")
-                other = request.path.rsplit("/", 1)[0] + "/" + "Z" * 16
-                await self._get(session, f"{other}?{urlencode(query)}")
-            status = 200
-            for _ in range(self.copies):
-                status = await self._get(session, request.path_qs)
-        return web.Response(status=status)
-
-    async def _get(self, session: aiohttp.ClientSession, path_qs: str) -> int:
-        try:
-            async with session.get(self.target + path_qs) as resp:
-                self.statuses.append(resp.status)
-                return resp.status
-        except aiohttp.ClientError:
-            self.statuses.append(502)
-            return 502
 
 
 @pytest.fixture(scope="module")
@@ -97,14 +34,14 @@ def relay() -> Relay:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, relay: Relay) -> Iterator[Stack]:
-    ports = [free_port(), free_port()]  # the receivers' (PINGBACK_PORT): the relay must know worker 0's first
-    relay.target = f"http://127.0.0.1:{ports[0]}"  # every callback reaches worker 0's receiver only
     env = worker_env("", "", CAPTCHAAI_THREADS="50", WORKER_CONCURRENCY="25", API_TIME_SCALE=SPEED,
                      LEASE_SECONDS="5", LOG_LEVEL="debug", PINGBACK_URL=relay.url + "/cluster/",
                      PINGBACK_HOST="127.0.0.1")
     with procs_stack(tmp_path_factory.mktemp("pingback"), ["--threads", "50", "--speed", SPEED, "--seed", "5"], env,
-                     [{"PINGBACK_PORT": str(p)} for p in ports]) as s:
-        wait_port(ports[0])
+                     [{"PINGBACK_PORT": "0"}] * 2) as s:
+        # the receivers bind port 0 and print the port they got; no task before the relay knows worker 0's
+        relay.target = f"http://127.0.0.1:{s.workers[0].pingback_port}"  # every callback reaches worker 0's only
+        assert s.workers[1].pingback_port
         yield s
 
 

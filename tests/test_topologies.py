@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import KEY, free_port, run_cli
-from tests.procs import WorkerProc, simulator
+from tests.helpers import KEY, run_cli
+from tests.procs import Relay, WorkerProc, simulator
 from tests.topology import Tls, cluster, sentinel
 
 pytestmark = pytest.mark.integration
@@ -29,8 +29,8 @@ class TopoEnv(dict[str, str]):
 
 @pytest.fixture(scope="module", params=["sentinel-auth", "sentinel-tls", "cluster"])
 def topo_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TopoEnv]:
-    """A topology, a simulator and one worker in pingback mode (its receiver on 127.0.0.1, called by the
-    simulator): every solve here is woken through the topology's Redis."""
+    """A topology, a simulator and one worker in pingback mode (its receiver on 127.0.0.1, port 0, called by the
+    simulator through a Relay): every solve here is woken through the topology's Redis."""
     base = tmp_path_factory.mktemp(request.param)
     if request.param == "sentinel-auth":
         ctx: Any = sentinel(base / "t", password="data-pw", sentinel_password="sentinel-pw")
@@ -40,14 +40,15 @@ def topo_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     else:
         ctx = cluster(base / "t")
     with ctx as topo, simulator(base, "--threads", "20", "--speed", "20", "--seed", "3") as sim:
-        pingback_port = free_port()
+        relay = Relay()  # the simulator's callbacks go to it; the receiver binds port 0, the relay learns it
+        relay.start()
         env = TopoEnv({**topo.env(), "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "20",
                        "WORKER_CONCURRENCY": "10", "API_TIME_SCALE": "20", "LEASE_SECONDS": "10",
-                       "PINGBACK_URL": f"http://127.0.0.1:{pingback_port}", "PINGBACK_HOST": "127.0.0.1",
-                       "PINGBACK_PORT": str(pingback_port)})
+                       "PINGBACK_URL": relay.url, "PINGBACK_HOST": "127.0.0.1", "PINGBACK_PORT": "0"})
         worker = WorkerProc("w", env, base)
         env.worker = worker
         worker.start()
+        relay.target = f"http://127.0.0.1:{worker.pingback_port}"
         try:
             yield env
         finally:

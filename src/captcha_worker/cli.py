@@ -159,11 +159,13 @@ async def _serve_worker(cfg: WorkerConfig, stop: asyncio.Event, hard: asyncio.Ev
         print(f"captcha-worker run: metrics listening on http://{cfg.metrics_host}:{probes.port}", flush=True)
         if cfg.pingback_url:  # every worker receives callbacks for any worker's solves (the pingback Service)
             try:
-                await stack.enter_async_context(Receiver(worker.queue.redis, cfg.queue, cfg.pingback_host,
-                                                         cfg.pingback_port))
+                receiver = await stack.enter_async_context(Receiver(worker.queue.redis, cfg.queue, cfg.pingback_host,
+                                                                    cfg.pingback_port))
             except OSError as exc:
                 return _die("captcha-worker run", f"cannot listen on {cfg.pingback_host}:{cfg.pingback_port} "
                                                   f"(PINGBACK_PORT): {exc.strerror}")
+            # PINGBACK_PORT=0: the port the OS chose, for whatever routes the callbacks to this receiver
+            print(f"captcha-worker run: pingback listening on http://{cfg.pingback_host}:{receiver.port}", flush=True)
         await worker.run(stop, hard)
     return EXIT_OK
 
