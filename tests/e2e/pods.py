@@ -1267,6 +1267,9 @@ def main(argv: list[str]) -> int:
                                             "E2E_PODS_CHART)")
     p.add_argument("--previous", type=Path, help="previous.json of previous-release.sh (scenario previous)")
     p.add_argument("--results", type=Path, required=True)
+    p.add_argument("--keep-going", action="store_true", default=os.environ.get("E2E_PODS_KEEP_GOING") == "1",
+                   help="a failed scenario is reported and the next one runs (E2E_PODS_KEEP_GOING=1); the run still "
+                        "exits 1")
     ns = p.parse_args(argv)
     ns.results.mkdir(parents=True, exist_ok=True)
     info = json.loads(ns.release.read_text()) if ns.release else {}
@@ -1296,7 +1299,15 @@ def main(argv: list[str]) -> int:
                 t = time.monotonic()
                 say(f"{helm}: == scenario {name}")
                 rel.figures[name] = {}  # filled as it goes: a failing scenario keeps what it measured
-                SCENARIOS[name](rel, rel.figures[name])
+                try:
+                    SCENARIOS[name](rel, rel.figures[name])
+                except Failure as exc:
+                    if not ns.keep_going:
+                        raise
+                    # E2E_PODS_KEEP_GOING=1: the next scenarios still run (each one's outcome from one cluster)
+                    rel.figures[name]["failed"] = str(exc)
+                    failed.append(f"{helm}: {name}: {exc}")
+                    say(f"{helm}: scenario {name} FAILED (keep going): {exc}")
                 rel.figures[name]["duration_s"] = round(time.monotonic() - t, 1)
             rel.uninstall()
         except Exception as exc:  # a Failure, or a bug or tool error: reported the same way, then teardown

@@ -21,7 +21,8 @@
 # Env: E2E_HELMS="helm3 helm4", E2E_PODS_SCENARIOS="1 switch 3 4 2" (more: previous key upgrades checklist, not yet in
 #      the default set: see tests/e2e/README.md; `upgrades` under Helm 4 only, `previous` needs E2E_PODS_REGISTRY=1),
 #      E2E_PODS_SCENARIOS_HELM3 / _HELM4 (another list for one Helm; CI runs scenario 2, ~6 min, under Helm 4 only),
-#      E2E_PODS_REGISTRY=1 (install from the registry, above), E2E_KEEP=1 (leave the cluster up: E2E_CLUSTER=pods
+#      E2E_PODS_REGISTRY=1 (install from the registry, above), E2E_PODS_KEEP_GOING=1 (a failed scenario is reported
+#      and the next one still runs; the run still fails), E2E_KEEP=1 (leave the cluster up: E2E_CLUSTER=pods
 #      tests/e2e/cluster.sh down), E2E_PODS_CHART=<dir> (the scenarios against another copy of the chart; the image
 #      is the release's with E2E_PODS_REGISTRY=1).
 # Results: .tools/e2e/results/pods/ (figures.json, helm outputs, worker logs, component logs; the run before in
