@@ -868,10 +868,17 @@ def image_pull(rel: Release, image: str, removed: bool, timeout: float = 300) ->
             f["image_size_bytes"] = int(m["size"])
     else:
         f["message"] = ev["message"]
-    pod = kjson("-n", rel.ns, "get", "pod", f["pod"])
-    ids = [c.get("imageID", "") for c in pod["status"].get("containerStatuses", [])]
+    # the pod that pulled may be gone (a Deployment's first pod, before KEDA took it to 0): then the digest is
+    # checked on the pods that run the image now, if any (the caller checks the pods it starts later)
+    proc = kubectl("-n", rel.ns, "get", "pod", f["pod"], "-o", "json", check=False)
+    pods = [json.loads(proc.stdout)] if proc.returncode == 0 else [
+        p for p in kjson("-n", rel.ns, "get", "pods")["items"]
+        if any(c.get("image") == image for c in p["spec"].get("containers", []))]
+    f["pod_gone"] = proc.returncode != 0
+    ids = [c.get("imageID", "") for p in pods for c in p["status"].get("containerStatuses", [])
+           if c.get("image") == image or c.get("imageID", "").endswith(image.partition("@")[2])]
     f["image_id"] = ids[0] if ids else ""
-    expect(not ids or ids[0].endswith(image.partition("@")[2]), f"{f['pod']} runs {ids}, not the digest of {image}")
+    expect(all(i.endswith(image.partition("@")[2]) for i in ids), f"{f['pod']} runs {ids}, not the digest of {image}")
     if removed:
         expect(f["pulled"], f"{image} was removed from the node, yet the kubelet did not pull it: {ev['message']}")
     return f
@@ -912,14 +919,20 @@ def scenario_previous(main: Release, f: dict[str, Any]) -> dict[str, Any]:
     with host_simulator(threads=10) as url:
         rel = Release(helm=main.helm, ns=f"{main.ns}-previous", results=main.results, chart=prev, sim_url=url,
                       sets=("simulator.enabled=false", f"captchaai.url={url}"))
-        rel.install(fresh_pull=True)
+        removed = remove_image(prev.image)
+        rel.install()
         f.update({"from": prev.label, "to": new.label, "tasks": n})
-        removed = remove_image(prev.image)  # no pod ran it yet (0 workers): the first worker pulls it
+        # its Deployment starts one pod before KEDA takes it to 0: that pod pulls the image (and is gone by now)
+        f["previous_image_pull"] = image_pull(rel, prev.image, removed=removed)
         with watching(rel, "previous") as (deploy, pods, logs):
             ids = rel.submit(n)
-            f["previous_image_pull"] = image_pull(rel, prev.image, removed=removed)
             wait_until_blocking(lambda: int(rel.sim("stats")["solved"]) >= 10,
                                 180, "the previous version's workers solving", interval=1, not_yet=NOT_YET)
+            running = [c.get("imageID", "") for p in rel.worker_pods()
+                       for c in p["status"].get("containerStatuses", [])]
+            f["previous_image_ids"] = sorted(set(running))
+            expect(bool(running) and all(i.endswith(prev.image.partition("@")[2]) for i in running),
+                   f"the previous version's workers run {f['previous_image_ids']}, not {prev.image}")
             stats = rel.sim("stats")
             f.update(solved_before_upgrade=stats["solved"], in_flight_at_upgrade=stats["in_flight"],
                      queue_at_upgrade=rel.queue_lengths(), pods_at_upgrade=len(rel.worker_pods()))
