@@ -187,6 +187,7 @@ _REAP = lua("reap", LUA_CONSTANTS)
 _REQUEUE_DEAD = lua("requeue_dead", LUA_CONSTANTS)
 _LOOKUP = lua("lookup", LUA_CONSTANTS)
 _KEEP_EXCERPT = lua("keep_excerpt")
+_OPEN_RAW_WINDOW = lua("open_raw_window")
 _STATS = lua("stats", LUA_CONSTANTS)
 _HEARTBEAT = lua("heartbeat", LUA_CONSTANTS)
 _AUDIT = lua("audit", LUA_CONSTANTS)
@@ -235,6 +236,7 @@ class RedisQueue:
         self._stats = SlotScript(redis, _STATS)
         self._lookup = SlotScript(redis, _LOOKUP)
         self._keep_excerpt = SlotScript(redis, _KEEP_EXCERPT)
+        self._open_raw_window = SlotScript(redis, _OPEN_RAW_WINDOW)
         self._seed_result = SlotScript(redis, _SEED_RESULT)
         self._shares = SlotScript(redis, _SHARES)
         self._audit = SlotScript(redis, _AUDIT)
@@ -567,8 +569,8 @@ class RedisQueue:
         return bool(int(await self._keep_excerpt(keys=[self.keys.keep_raw, self.keys.raw(sha256)], args=[excerpt])))
 
     async def open_raw_window(self, seconds: int) -> None:
-        """Open (or move the end of) the debugging window: `seconds` from now."""
-        await as_awaitable(self.redis.set(self.keys.keep_raw, str(int(time.time()) + seconds), ex=seconds))
+        """Open (or move the end of) the debugging window: `seconds` from now (OPEN_RAW_WINDOW, server time)."""
+        await self._open_raw_window(keys=[self.keys.keep_raw], args=[seconds])
 
     async def close_raw_window(self) -> int:
         """Close the window and delete every excerpt it kept; returns how many were deleted."""
