@@ -105,7 +105,10 @@ async def test_forged_callbacks_are_refused_counted_and_never_logged(stack: Stac
     finally:
         relay.forge = False
     assert (d["forbidden"], d["unknown"]) == (N, N)
-    assert d["accepted"] + d["duplicate"] == N and d["via_pingback"] == d["accepted"]
+    assert d["accepted"] + d["duplicate"] == N and d["via_pingback"] + d["via_poll"] == N
+    # the forged calls go first, so the real one can arrive after the solve's fallback poll fetched the answer
+    # (failed once at load ~4: via_pingback one short of accepted): accepted beyond via_pingback is at most via_poll
+    assert d["via_pingback"] <= d["accepted"] <= d["via_pingback"] + d["via_poll"]
     tokens = {q["t"] for q in relay.seen[seen:]}
     text = "".join(w.logs() + w.http("/metrics")[1] for w in stack.workers)
     assert len(tokens) == N
