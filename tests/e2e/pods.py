@@ -432,10 +432,15 @@ def check_clean_exits(pods: Watch, logs: LogFollower, figures: dict[str, Any]) -
     """Every worker container that stopped exited 0 (137 = SIGKILL, e.g. at the end of the grace period), and no
     drain ran out of time (a worker that had to cancel solves logs drain_grace_exceeded). One exception: SIGTERM
     before the worker installed its handler ends it at once (143, dumb-init passes the status on); it had claimed
-    nothing yet (no worker_started in its log)."""
+    nothing yet (no worker_started in its log). And a pod deleted while its container was still being created (a
+    scale-down or a delete right after the scale-up): that container never started, and the kubelet reports it as
+    137 ContainerStatusUnknown with no startedAt ("could not be located when the pod was terminated"; seen in CI's
+    set, Helm 3 scenario 3, 2026-12-03: the pod was Pending/ContainerCreating at its deletion)."""
     exits = {pod: c["worker"] for pod, c in pods.terminations().items() if "worker" in c}
     started = {e["pod"] for e in logs.events("worker_started")}
-    early = {pod for pod, t in exits.items() if t.get("exitCode") == 143 and pod not in started}
+    early = {pod for pod, t in exits.items() if pod not in started and (
+        t.get("exitCode") == 143 or (t.get("exitCode") == 137 and t.get("reason") == "ContainerStatusUnknown"
+                                     and not t.get("startedAt")))}
     bad = {pod: f"{t.get('exitCode')} {t.get('reason', '')}" for pod, t in exits.items()
            if t.get("exitCode") != 0 and pod not in early}
     draining = logs.events("draining")
