@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter
 from redis import exceptions as rexc
 
 from captcha_worker.connection import Refusal
-from captcha_worker.guard import Backoff, RedisGuard
+from captcha_worker.guard import NO_SPREAD, Backoff, RedisGuard
 
 LOG = logging.getLogger("captcha_worker.test_guard")
 
@@ -29,7 +29,7 @@ def _lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, dict[str, object
 
 
 def test_backoff_doubles_to_its_cap_and_resets() -> None:
-    b = Backoff(0.1, 0.5, jitter=False)
+    b = Backoff(0.1, 0.5, spread=NO_SPREAD)
     assert [b.delay() for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
     b.reset()
     assert b.delay() == 0.1

@@ -436,6 +436,18 @@ async def test_a_dead_letter_keeps_the_fingerprint_and_an_excerpt_only_in_a_wind
     assert await q.keep_excerpt(sha, view.excerpt) is False and await q.excerpt(sha) is None, "closed: nothing"
 
 
+async def test_a_window_not_opened_by_open_raw_window_keeps_nothing(q: RedisQueue, any_redis: Redis) -> None:
+    """A window an older version opened (its end in seconds) or one set by hand without a TTL: no excerpt, rather
+    than one whose end nobody knows."""
+    view = payload_view(b"cookie=hunter2 not json", Redactor(), max_bytes=1000)
+    assert view.fingerprint is not None and view.excerpt is not None
+    sha = view.fingerprint.sha256
+    await any_redis.set(q.keys.keep_raw, "1764770000", ex=60)  # seconds, as before OPEN_RAW_WINDOW
+    assert await q.keep_excerpt(sha, view.excerpt) is False and await any_redis.exists(q.keys.raw(sha)) == 0
+    await any_redis.set(q.keys.keep_raw, str(10**13))  # no TTL
+    assert await q.keep_excerpt(sha, view.excerpt) is False and await any_redis.exists(q.keys.raw(sha)) == 0
+
+
 async def test_an_excerpt_never_outlives_the_window_however_slow_its_writer(
         q: RedisQueue, any_redis: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading the window's time left and writing the excerpt are one step: a client paused between two commands

@@ -49,7 +49,7 @@ from captcha_worker.config import (
     Secret,
 )
 from captcha_worker.connection import Client, RedisUnavailable, Refusal, connect, refusal, tls_hint
-from captcha_worker.guard import Backoff
+from captcha_worker.guard import NO_SPREAD, Backoff
 from captcha_worker.queue import DeadLetter, Keys, Lookup, QueueStats, RedisQueue, Text, Verdict, as_awaitable
 from captcha_worker.task import Invalid, Result, Status, Task, Timings, make_task
 
@@ -418,7 +418,7 @@ class CaptchaQueue:
     async def _listen(self) -> None:
         """Block on this producer's reply list (one pooled connection); hand each result to its waiters."""
         reply_key = self.keys.reply(self.producer_id)
-        backoff = Backoff(0.05, 2.0, jitter=False)
+        backoff = Backoff(0.05, 2.0, spread=NO_SPREAD)
         while not self._closing:
             try:
                 item = await as_awaitable(self.redis.blpop([reply_key], timeout=1))

@@ -24,21 +24,22 @@ from captcha_worker.log import event
 T = TypeVar("T")
 
 
+NO_SPREAD = (1.0, 1.0)  # a Backoff whose delays are exactly first, 2*first, ... (one process polling)
+
+
 class Backoff:
     """Delays that double from `first` up to `cap`, each stretched by a random factor in `spread` (default
-    1-2: 0-100 % longer; ``jitter=False`` is no stretch) so that many processes retrying one outage do not come
-    back in step; `limit`: no delay longer than that. ``reset`` after a success."""
+    1-2: 0-100 % longer; ``NO_SPREAD``: exact) so that many processes retrying one outage do not come back in
+    step; `limit`: no delay longer than that. ``reset`` after a success."""
 
-    def __init__(self, first: float = 0.05, cap: float = 5.0, *, jitter: bool = True,
-                 spread: tuple[float, float] = (1.0, 2.0), limit: float = math.inf) -> None:
-        self.first, self.cap, self.limit = first, cap, limit
-        self.spread = spread if jitter else (1.0, 1.0)
+    def __init__(self, first: float = 0.05, cap: float = 5.0, *, spread: tuple[float, float] = (1.0, 2.0),
+                 limit: float = math.inf) -> None:
+        self.first, self.cap, self.spread, self.limit = first, cap, spread, limit
         self._next = first
 
     def delay(self) -> float:
         """The next delay (and the one after it doubles)."""
-        low, high = self.spread
-        d = self._next * (low + (high - low) * random.random()) if high != low else self._next * low
+        d = self._next * random.uniform(*self.spread)
         self._next = min(self._next * 2, self.cap)
         return min(d, self.limit)
 

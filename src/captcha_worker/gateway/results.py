@@ -27,7 +27,7 @@ from captcha_worker.gateway import metrics as gm
 from captcha_worker.gateway.app import REPLY_TO, Gateway
 from captcha_worker.gateway.callbacks import JSON, Call, Callbacks, parse_stored
 from captcha_worker.gateway.config import Tenant
-from captcha_worker.guard import Backoff
+from captcha_worker.guard import NO_SPREAD, Backoff
 from captcha_worker.queue import TenantShare, as_awaitable
 from captcha_worker.task import Result, Status
 
@@ -45,7 +45,7 @@ class ResultReader:
         self.key = gateway.queue.keys.reply(REPLY_TO)
 
     async def run(self, closing: asyncio.Event) -> None:
-        backoff = Backoff(0.05, 2.0, jitter=False)
+        backoff = Backoff(0.05, 2.0, spread=NO_SPREAD)
         while not closing.is_set():
             try:
                 first = await as_awaitable(self.redis.blpop([self.key], timeout=WAIT_S))

@@ -5,11 +5,9 @@
 -- on inside a script would make that a millisecond late), and none is written after `keep-raw --off` closed the
 -- window and deleted the excerpts.
 local left_ms = redis.call('PTTL', KEYS[1])
-if left_ms <= 0 then return 0 end  -- -2: no window; -1 (a window without a TTL) is never written: keep nothing
 local ends = tonumber(redis.call('GET', KEYS[1]))
-if ends and ends > 1e12 then
-  redis.call('SET', KEYS[2], ARGV[1], 'PXAT', ends)
-else  -- a window opened by a version that stored its end in seconds: the time left
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', left_ms)
-end
+-- no window (-2), one without a TTL (-1), or one whose value is no OPEN_RAW_WINDOW end (a version before it
+-- stored seconds): keep nothing
+if left_ms <= 0 or not ends or ends < 1e12 then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'PXAT', ends)
 return 1
