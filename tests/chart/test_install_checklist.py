@@ -65,7 +65,8 @@ def test_its_values_file_installs_what_it_says(helm: str, chart: Path, helm_env:
                                                tmp_path: Path) -> None:
     install = next(c for b in shell_blocks(checklist(PLACES[0])) for c in b.splitlines()
                    if c.strip().startswith("helm install captcha "))
-    assert install.split()[2:] == ["captcha", "charts/captcha-solver", "-n", "captcha", "-f", "my-values.yaml"]
+    assert install.split()[2:] == ["captcha", "charts/captcha-solver", "-n", "captcha", "-f", "my-values.yaml",
+                                 "--wait", "--timeout", "5m"]
     proc = run([tool(helm), "template", "captcha", chart, "-n", "captcha", "-f", _values(tmp_path)], env=helm_env)
     r = Rendering(helm, "install-checklist", proc.stdout)
     app = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]

@@ -1242,7 +1242,7 @@ def scenario_checklist(main: Release, f: dict[str, Any]) -> dict[str, Any]:
                     rel._persistent_volume(capacity="1Gi")
             elif cmd[:2] == ["helm", "install"]:
                 expect(cmd[3] == "charts/captcha-solver", f"the checklist installs {cmd[3]}")
-                t = time.monotonic()  # as written: no --wait (helm test comes next)
+                t = time.monotonic()  # as written, with its --wait: helm test comes next
                 run(main.helm, *cmd[1:3], src.ref, *src.args, *[str(work / a) if a == target else a for a in cmd[4:]],
                     "-f", str(work / "e2e-values.yaml"), *src.set_args(), timeout=400)
                 f["install_s"] = round(time.monotonic() - t, 1)
