@@ -268,12 +268,27 @@ async def test_the_effective_limit_is_the_smallest_a_live_worker_enforces(q: Red
     await asyncio.sleep(0.4)  # "old" stopped heartbeating (killed): its limit lapses
     assert (await q.budget.state()).limit == 20
     assert len(await q.budget.acquire([f"t:{i}" for i in range(30)], limit=20, lease_s=30)) == 20
-    await q.heartbeat("new", limit=8, previous_limit=20)  # the plan shrank: this worker follows it
+    await q.heartbeat("new", limit=8)  # the plan shrank: this worker follows it
     assert (await q.budget.state()).limit == 8
     assert await q.budget.acquire(["t:more"], limit=20, lease_s=30) == [], "no unit while 20 >= 8 are in use"
-    await q.forget_worker("new", limit=8)
+    await q.forget_worker("new")
     assert (await q.budget.state()).limit is None, "no live worker left: no limit known"
     assert await q.budget.limit() is None and await q.budget.limit(own=3) == 3
+
+
+async def test_a_workers_limit_replaces_its_earlier_ones_and_its_goodbye_removes_them_all(
+        q: RedisQueue, any_redis: Redis) -> None:
+    """HEARTBEAT needs no memory of what the worker registered before: its entry replaces every other entry of that
+    worker (here a stray one its client never saw answered), and no other holder's; FORGET removes them all."""
+    await q.heartbeat("w-1", limit=10)
+    await q.budget.hold_limit("w-1x", 6, hold_s=60)  # another holder, whose name starts the same
+    await any_redis.zadd(q.keys.limits, {"3:w-1": 2**40})  # a registration whose answer never came back
+    await q.heartbeat("w-1", limit=12)
+    assert sorted(await any_redis.zrange(q.keys.limits, 0, -1)) == ["12:w-1", "6:w-1x"]
+    await any_redis.zadd(q.keys.limits, {"3:w-1": 2**40})
+    await q.forget_worker("w-1")
+    assert await any_redis.zrange(q.keys.limits, 0, -1) == ["6:w-1x"]
+    assert await any_redis.zscore(q.keys.workers, "w-1") is None
 
 
 async def test_a_full_budget_stops_the_claim_and_leaves_the_item_first(q: RedisQueue, any_redis: Redis) -> None:

@@ -11,6 +11,8 @@ until the other has landed, against a real redis-server, the real simulator and 
    the worker's ACK retried on the new master, reaches the producer's application once (idempotent by id).
 6. A unit given back for a paid solve (``Worker.drop_unit``) stays given back: a heartbeat whose snapshot still
    held it, sent before the unit went back and reaching Redis after, must not count it again.
+7. One limit per worker: a heartbeat's registration of the limit it read, still on its way while the plan loop
+   registers the plan's new limit, must not land after it and put the old limit back in ``{q}:limits``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import json
 import logging
 import signal
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -54,12 +56,16 @@ PKEY = "p2captcha0123456789abcdef0123456"  # the simulator takes any 32 letters 
 
 @asynccontextmanager
 async def running_worker(redis_url: str, **env: str) -> AsyncIterator[Worker]:
-    async with SimulatorServer(SimConfig(speed=SPEED, seed=1)) as sim:
-        base = {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "4",
-                "WORKER_CONCURRENCY": "2", "API_TIME_SCALE": str(SPEED), "LEASE_SECONDS": LEASE_S,
-                "DRAIN_GRACE_SECONDS": "5"}
-        async with helpers.running_worker(WorkerConfig.from_env({**base, **env})) as w:
-            yield w
+    async with SimulatorServer(SimConfig(speed=SPEED, seed=1)) as sim, worker_of(sim, redis_url, **env) as w:
+        yield w
+
+
+def worker_of(sim: SimulatorServer, redis_url: str, **env: str) -> AbstractAsyncContextManager[Worker]:
+    """An in-process worker on `sim`: 4 threads, 2 slots, 6 s leases at the simulator's speed."""
+    base = {"REDIS_URL": redis_url, "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_URL": sim.url, "CAPTCHAAI_THREADS": "4",
+            "WORKER_CONCURRENCY": "2", "API_TIME_SCALE": str(SPEED), "LEASE_SECONDS": LEASE_S,
+            "DRAIN_GRACE_SECONDS": "5"}
+    return helpers.running_worker(WorkerConfig.from_env({**base, **env}))
 
 
 def leases_lost() -> float:
@@ -431,3 +437,85 @@ async def test_a_different_result_of_the_same_id_is_still_news(redis: Redis, red
                 break
             await asyncio.sleep(0.02)
     assert [r.status for r in handed] == [Status.ERROR, Status.SOLVED] and q.duplicates_dropped == 1
+
+
+# -- 7. one limit per worker: a registration in flight never lands after a newer one ------------------------------
+async def test_a_heartbeat_in_flight_never_puts_back_the_limit_the_plan_replaced(
+        redis: Redis, redis_server: Any) -> None:
+    """The plan grows from 2 threads to 4 (CAPTCHAAI_THREADS) while the heartbeat loop's registration of 2 is on its
+    way. Forced: that call is held; the plan loop reads threadsinfo (4) and follows it; its registration lands
+    first where nothing orders the two (the code before the fix), then the held one goes to Redis. Once both
+    answered, ``{q}:limits`` holds this worker's 4 alone and the budget in effect, as Redis says and as the worker
+    last read it, is 4: before the fix the held call put 2 back (a limit the plan no longer has, in effect until
+    it expired a lease later) and the worker exported 2."""
+    async with SimulatorServer(SimConfig(speed=SPEED, seed=1, threads=2)) as sim, \
+            worker_of(sim, redis_server.url) as w:
+        await asyncio.wait_for(w._plan_read.wait(), 10)
+        keys = w.queue.keys
+        assert await redis.zrange(keys.limits, 0, -1) == [f"2:{w.id}"]
+        real_heartbeat, real_threadsinfo = w.queue.heartbeat, w.api.threadsinfo
+        followed, plan_sent, plan_done, held_done = (asyncio.Event() for _ in range(4))
+        held: list[int] = []
+
+        async def threadsinfo() -> Any:
+            info = await real_threadsinfo()
+            if info.threads == 4:
+                followed.set()  # the plan loop runs on from here, follows 4 and registers it, to its first await
+            return info
+
+        async def heartbeat(worker_id: str, *, limit: int, **kwargs: Any) -> Any:
+            if not held:  # the heartbeat loop's next registration, of the limit it read: 2
+                held.append(limit)
+                sim.simulator.reconfigure(replace(sim.simulator.config, threads=4))
+                w.key_changed()  # the plan loop reads threadsinfo now
+                await followed.wait()
+                if plan_sent.is_set():  # nothing held the plan loop's registration back: it lands first
+                    await plan_done.wait()
+                seen = await real_heartbeat(worker_id, limit=limit, **kwargs)
+                held_done.set()
+                return seen
+            if limit == 4:
+                plan_sent.set()
+                seen = await real_heartbeat(worker_id, limit=limit, **kwargs)
+                plan_done.set()
+                return seen
+            return await real_heartbeat(worker_id, limit=limit, **kwargs)
+
+        setattr(w.api, "threadsinfo", threadsinfo)
+        setattr(w.queue, "heartbeat", heartbeat)
+        await asyncio.wait_for(asyncio.gather(held_done.wait(), plan_done.wait()), 30)
+        members = await redis.zrange(keys.limits, 0, -1)
+        in_effect = await w.queue.budget.limit()
+        exported = w.budget_limit
+    assert held == [2] and w.limit == 4
+    assert members == [f"4:{w.id}"], "a registration that was on its way put back a limit the plan replaced"
+    assert in_effect == 4 and exported == 4
+
+
+async def test_a_goodbye_removes_a_limit_whose_registration_was_never_answered(
+        redis: Redis, redis_server: Any) -> None:
+    """The plan grows from 2 to 4 and the registration of 4 lands, but its answer is never read (Redis slow, the
+    worker stopping: its loop is cancelled on the way out). The worker's goodbye must still remove the 4 it never
+    saw land: before the fix it removed only the 2 it last saw registered, and the 4 stayed a lease after the
+    worker had gone."""
+    async with SimulatorServer(SimConfig(speed=SPEED, seed=1, threads=2)) as sim:
+        async with worker_of(sim, redis_server.url) as w:
+            await asyncio.wait_for(w._plan_read.wait(), 10)
+            real_heartbeat, landed, never = w.queue.heartbeat, asyncio.Event(), asyncio.Event()
+
+            async def heartbeat(worker_id: str, *, limit: int, **kwargs: Any) -> Any:
+                seen = await real_heartbeat(worker_id, limit=limit, **kwargs)
+                if limit == 4:  # every registration of 4 lands; no answer comes back
+                    landed.set()
+                    await never.wait()
+                return seen
+
+            setattr(w.queue, "heartbeat", heartbeat)
+            sim.simulator.reconfigure(replace(sim.simulator.config, threads=4))
+            w.key_changed()
+            await asyncio.wait_for(landed.wait(), 10)
+            assert await redis.zrange(w.queue.keys.limits, 0, -1) == [f"4:{w.id}"]
+        members = await redis.zrange(w.queue.keys.limits, 0, -1)
+        alive = await redis.zscore(w.queue.keys.workers, w.id)
+    assert members == [], "a limit of a worker that had said goodbye stayed in effect"
+    assert alive is None

@@ -54,7 +54,9 @@ Transitions of one item (each arrow is one atomic step):
 The budget (``budget.py``, ``RedisQueue.budget``): CLAIM and LEASE *acquire* a unit with the claim, the heartbeat
 *renews* a job's unit with its lease (in RENEW, one step), ACK / BURY / RELEASE *release* it (or hold it while the API
 may still be solving), and the *limit* in effect is the smallest one in ``{q}:limits`` (``Budget.acquire / renew /
-release / limit / state`` outside the scripts).
+release / limit / state`` outside the scripts). A worker's HEARTBEAT registers the limit it enforces in
+``{q}:limits`` (``<limit>:<worker>``, replacing any other entry of that worker) and FORGET removes its entries when it
+leaves.
 
 A reaper runs in every worker; REAP is one script, so two reapers never requeue an item twice (LREM decides).
 A task requeued while its solve may still be running at CaptchaAI (its worker died, drained past the grace, or
@@ -190,6 +192,7 @@ _KEEP_EXCERPT = lua("keep_excerpt")
 _OPEN_RAW_WINDOW = lua("open_raw_window")
 _STATS = lua("stats", LUA_CONSTANTS)
 _HEARTBEAT = lua("heartbeat", LUA_CONSTANTS)
+_FORGET = lua("forget")
 _AUDIT = lua("audit", LUA_CONSTANTS)
 _REPORT = lua("report", LUA_CONSTANTS)
 _SEED_RESULT = lua("seed_result", LUA_CONSTANTS)
@@ -231,6 +234,7 @@ class RedisQueue:
         self._release = SlotScript(redis, _RELEASE)
         self._reap = SlotScript(redis, _REAP)
         self._heartbeat = SlotScript(redis, _HEARTBEAT)
+        self._forget = SlotScript(redis, _FORGET)
         self._report = SlotScript(redis, _REPORT)
         self._requeue_dead = SlotScript(redis, _REQUEUE_DEAD)
         self._stats = SlotScript(redis, _STATS)
@@ -349,25 +353,21 @@ class RedisQueue:
         k = self.keys
         return [k.pending, k.processing, k.dead, k.budget, k.workers, k.limits, k.tenants]
 
-    async def heartbeat(self, worker_id: str, *, limit: int, previous_limit: int | None = None,
-                        limit_alive_s: float = 30.0, alive_s: float = 60) -> QueueStats:
-        """Record this worker as alive and the limit it enforces (held `limit_alive_s` without a heartbeat);
-        returns the queue's stats (one round trip for all)."""
+    async def heartbeat(self, worker_id: str, *, limit: int, limit_alive_s: float = 30.0,
+                        alive_s: float = 60) -> QueueStats:
+        """HEARTBEAT: this worker alive and the limit it enforces (held `limit_alive_s` without a heartbeat), in
+        place of any other limit it registered; returns the queue's stats (one round trip for all). The caller
+        sends one at a time: two on their way at once may land in either order, the later one's limit staying."""
         member = budget.limit_member(worker_id, limit)
-        previous = "" if previous_limit is None else budget.limit_member(worker_id, previous_limit)
-        k = self.keys
         counts = await self._heartbeat(keys=self._count_keys(),
-                                       args=[alive_s, worker_id, member, previous, limit_alive_s, limit,
-                                             k.waiting_prefix])
+                                       args=[alive_s, worker_id, member, limit_alive_s, limit,
+                                             self.keys.waiting_prefix])
         return queue_stats(counts)
 
-    async def forget_worker(self, worker_id: str, *, limit: int | None = None) -> None:
-        """A worker leaving: its heartbeat and the limit it enforced go (a higher limit may apply at once)."""
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.zrem(self.keys.workers, worker_id)
-            if limit is not None:
-                pipe.zrem(self.keys.limits, budget.limit_member(worker_id, limit))
-            await pipe.execute()
+    async def forget_worker(self, worker_id: str) -> None:
+        """FORGET: a worker leaving: its heartbeat and every limit entry of its own go (a higher limit may apply
+        at once)."""
+        await self._forget(keys=[self.keys.workers, self.keys.limits], args=[worker_id])
 
     # outcomes ---------------------------------------------------------------------------------------------
     def _reply_key(self, reply_to: str | None, task_id: str) -> str:

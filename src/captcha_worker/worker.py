@@ -120,7 +120,7 @@ class Worker:
                                       hint="retrying with backoff; readiness is false")
         self.compat_list = cfg.compat_queue_list  # None after a CROSSSLOT (Redis Cluster): logged once
         self.limit = cfg.threads  # the limit this worker enforces: CAPTCHAAI_THREADS, or the plan's when fewer
-        self._registered: int | None = None  # the limit last registered in Redis
+        self._registration = asyncio.Lock()  # one HEARTBEAT (or the goodbye) at a time: `_register`
         self.budget_limit: int | None = None  # the effective limit, as last read
         self.plan_threads: int | None = None  # threadsinfo's, as last read
         self.last_pending = 0
@@ -313,9 +313,12 @@ class Worker:
         self._key_changed.set()
 
     async def _say_goodbye(self) -> None:
-        """The worker's heartbeat and limit go (units of solves left running stay with their tasks)."""
+        """The worker's heartbeat and limit go (units of solves left running stay with their tasks): after any
+        registration still on its way (the same lock), and every limit entry of this worker, whichever landed."""
         with suppress(Exception):
-            await asyncio.wait_for(self.queue.forget_worker(self.id, limit=self._registered), 2)
+            async with asyncio.timeout(2):
+                async with self._registration:
+                    await self.queue.forget_worker(self.id)
         metrics.BUDGET_HELD.set(0)
 
     async def _supervise(self, name: str, loop: Callable[[], Awaitable[None]], *, ends_with_stop: bool = False) -> None:
@@ -602,13 +605,15 @@ class Worker:
         return True
 
     async def _register(self) -> None:
-        """Heartbeat: this worker alive, with the limit it enforces (renewed well within a lease)."""
-        seen = await self._redis("heartbeat", self.queue.heartbeat, self.id, limit=self.limit,
-                                 previous_limit=self._registered, limit_alive_s=self.cfg.lease_seconds)
-        if seen is None:
-            return
-        self._registered = self.limit
-        self._export(seen)
+        """Heartbeat: this worker alive, with the limit it enforces (renewed well within a lease), in place of the
+        one it registered before. The heartbeat and plan loops both register: one at a time, the limit read
+        inside the lock, so a call with a limit the plan has since replaced never lands after the new one's
+        (it would put the old limit back until it expired, and export it)."""
+        async with self._registration:
+            seen = await self._redis("heartbeat", self.queue.heartbeat, self.id, limit=self.limit,
+                                     limit_alive_s=self.cfg.lease_seconds)
+            if seen is not None:
+                self._export(seen)
 
     def _export(self, seen: QueueStats) -> None:
         self.last_pending = seen.pending

@@ -1,0 +1,11 @@
+-- limits: the entries of {q}:limits, '<limit>:<holder>' (budget.limit_member): one per holder, a worker or a hold.
+-- luacheck: push ignore 211
+local LIMIT_HOLDER = '^%d+:(.*)$'
+-- remove every entry of `holder` but `keep` (nil: all of them): a holder's new limit replaces its earlier one,
+-- whichever that was, with no need for the caller to know it
+local function limits_drop(limits, holder, keep)
+  for _, m in ipairs(redis.call('ZRANGE', limits, 0, -1)) do
+    if m ~= keep and string.match(m, LIMIT_HOLDER) == holder then redis.call('ZREM', limits, m) end
+  end
+end
+-- luacheck: pop
