@@ -29,7 +29,8 @@ from captcha_worker.captchaai import Answer, Resume, Solution, SolveStats, Threa
 from captcha_worker.config import WorkerConfig
 from captcha_worker.connection import connect
 from captcha_worker.methods import Kind
-from captcha_worker.worker import Worker
+from captcha_worker.store.keys import Keys
+from captcha_worker.worker import Worker, redis_queue
 
 
 class InstantApi:
@@ -82,12 +83,13 @@ async def _drain(n: int, result_path: str | None) -> None:
     log.setup(cfg.log_level, secrets=[cfg.api_key.value, cfg.redis.password.value])
     redis = connect(cfg.redis, client_name="captcha-bench-instant")
     api = InstantApi(cfg.threads, n)
-    worker = Worker(cfg, redis, api)
+    worker = Worker(cfg, redis_queue(cfg, redis), api)
     stop = asyncio.Event()
     run = asyncio.create_task(worker.run(stop))
     await api.reached.wait()
     # the n-th solve started; the run ends when its ack (and every other) has left `processing`
-    while await redis.llen(worker.queue.keys.processing) or await redis.llen(worker.queue.keys.pending):
+    keys = Keys(cfg.queue)
+    while await redis.llen(keys.processing) or await redis.llen(keys.pending):
         await asyncio.sleep(0.001)
     t_done = time.monotonic()
     cpu_done = time.process_time()
@@ -111,7 +113,8 @@ async def _serve() -> None:
     redis = connect(cfg.redis, client_name="captcha-bench-instant")
     hold = os.environ.get("BENCH_SOLVE_HOLD")  # "MIN:MAX" seconds (P3: the answer arrives at a random phase)
     lo, _, hi = (hold or "").partition(":")
-    worker = Worker(cfg, redis, InstantApi(cfg.threads, hold=(float(lo), float(hi)) if hold else None))
+    api = InstantApi(cfg.threads, hold=(float(lo), float(hi)) if hold else None)
+    worker = Worker(cfg, redis_queue(cfg, redis), api)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,7 +11,7 @@ import pytest
 
 from captcha_worker import log
 from captcha_worker.config import ConfigError, ProducerConfig, Secret, WorkerConfig, redact_url
-from captcha_worker.worker import Worker
+from captcha_worker.worker import Worker, redis_queue
 from tests.helpers import KEY, run_cli
 
 GOOD = {"CAPTCHAAI_KEY": KEY, "CAPTCHAAI_THREADS": "10", "REDIS_URL": "rediss://user:pw@redis.example:6380/2"}
@@ -136,7 +136,7 @@ def test_dense_polls_are_opt_in() -> None:
     for env, dense in (({}, False), ({"POLL_DENSE_WHEN_CONTENDED": "true"}, True)):
         cfg = WorkerConfig.from_env({**GOOD, **env})
         assert cfg.poll_dense_when_contended is dense
-        worker = Worker(cfg, fakeredis.FakeAsyncRedis(), api=None)  # type: ignore[arg-type]
+        worker = Worker(cfg, redis_queue(cfg, fakeredis.FakeAsyncRedis()), api=None)  # type: ignore[arg-type]
         assert worker.hurry() is False, "no backlog seen yet"
         worker._contended = True  # what _observe_claim sets when a claim finds tasks waiting for a thread
         assert worker.hurry() is dense

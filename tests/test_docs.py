@@ -7,16 +7,18 @@ import ast
 import importlib
 import importlib.util
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from captcha_worker import cli, queue  # noqa: F401 - queue registers the queue's scripts
+from captcha_worker import cli, job, queue, worker  # noqa: F401 - queue registers the queue's scripts
 from captcha_worker.config import WorkerConfig
 from captcha_worker.queue import Keys
 from captcha_worker.store import keys as store_keys
 from captcha_worker.store import scripts as queue_scripts
+from captcha_worker.worker_queue import WorkerQueue
 from tests.helpers import ROOT
 
 DOCS = [ROOT / "README.md", ROOT / "docs" / "producer.md", ROOT / "docs" / "operations.md"]
@@ -280,3 +282,59 @@ def test_production_code_never_imports_the_simulator() -> None:
         imported = _imports(name)
         assert not {m for m in imported if m.startswith("captcha_worker.simulator")}, f"{name} imports the simulator"
         assert not imported & runners, f"{name} imports {imported & runners}"
+
+
+#: the worker side: what runs in a worker process around the Worker (the queue's concrete type stays out of it)
+WORKER_SIDE = ("worker", "job", "overflow", "pingback")
+#: the one function of the worker side that builds the concrete queue (open_worker, the tests and bench call it)
+QUEUE_BUILDER = "redis_queue"
+
+
+def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+    return {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+
+def _is_workers_queue(node: ast.AST) -> bool:
+    """`self.queue` (the Worker's) or `self.host.queue` (a job's Host's)."""
+    if not (isinstance(node, ast.Attribute) and node.attr == "queue"):
+        return False
+    owner = node.value
+    return (isinstance(owner, ast.Name) and owner.id == "self") or (
+        isinstance(owner, ast.Attribute) and owner.attr == "host" and isinstance(owner.value, ast.Name)
+        and owner.value.id == "self")
+
+
+def _queue_members_called(module: str) -> set[str]:
+    """The members `module` reads off the worker's queue; any other use of it (passed on, aliased) fails."""
+    tree = ast.parse((ROOT / "src" / "captcha_worker" / f"{module}.py").read_text())
+    parents, used = _parents(tree), set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not _is_workers_queue(node) or isinstance(node.ctx, ast.Store):
+            continue
+        parent = parents[node]
+        assert isinstance(parent, ast.Attribute) and parent.value is node, (
+            f"{module}.py:{node.lineno} uses the queue other than by a WorkerQueue member: {ast.unparse(parent)}")
+        used.add(parent.attr)
+    return used
+
+
+def test_the_worker_side_depends_on_the_queue_interface() -> None:
+    """docs/architecture.md: the Worker and its jobs depend on ``worker_queue.WorkerQueue`` (SAQ's Queue), not on
+    RedisQueue: the worker side names RedisQueue only where ``worker.redis_queue`` builds one, the Worker and the
+    job's Host are annotated with the Protocol, and the Protocol lists exactly the members worker.py and job.py call
+    (mypy checks the calls' signatures against it)."""
+    for module in WORKER_SIDE:
+        tree = ast.parse((ROOT / "src" / "captcha_worker" / f"{module}.py").read_text())
+        builders = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == QUEUE_BUILDER]
+        allowed = {id(n) for b in builders for n in ast.walk(b)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == "RedisQueue":
+                assert id(node) in allowed, f"{module}.py:{node.lineno} reaches RedisQueue outside {QUEUE_BUILDER}"
+            if isinstance(node, ast.ImportFrom) and any(a.name == "RedisQueue" for a in node.names):
+                assert module == "worker" and builders, f"{module}.py imports RedisQueue"
+    assert typing.get_type_hints(worker.Worker.__init__)["queue"] is WorkerQueue
+    assert typing.get_type_hints(job.Host)["queue"] is WorkerQueue
+    members = {n for n in vars(WorkerQueue) if not n.startswith("_")}
+    called = _queue_members_called("worker") | _queue_members_called("job")
+    assert called <= members, f"called outside WorkerQueue: {sorted(called - members)}"
+    assert members <= called, f"in WorkerQueue but called by neither worker.py nor job.py: {sorted(members - called)}"

@@ -36,7 +36,7 @@ from captcha_worker.budget import unit_of
 from captcha_worker.client import CaptchaQueue, Solved
 from captcha_worker.config import WorkerConfig
 from captcha_worker.connection import NotReplicated
-from captcha_worker.queue import Ack, RedisQueue, Renewal
+from captcha_worker.queue import Ack, Keys, RedisQueue, Renewal
 from captcha_worker.simulator import SimConfig, SimulatorServer
 from captcha_worker.simulator.config import Profile
 from captcha_worker.task import Result, Status
@@ -107,7 +107,7 @@ async def ack_between_snapshot_and_renewal(w: Worker, redis: Redis, producer: Ca
     task_id = await producer.submit("turnstile", TURNSTILE)
     await asyncio.wait_for(heartbeat_done.wait(), 30)
     assert isinstance(await producer.result(task_id, timeout=5), Solved)
-    score = await redis.zscore(w.queue.keys.budget, unit_of(task_id))
+    score = await redis.zscore(Keys(w.cfg.queue).budget, unit_of(task_id))
     logged = [r for r in caplog.records if r.getMessage() == "lease_lost"]
     return AfterRace(task_id, score, len(logged), leases_lost() - counted)
 
@@ -122,7 +122,7 @@ async def test_a_job_acked_during_its_heartbeat_does_not_get_its_budget_unit_bac
         redis: Redis, redis_server: Any, producer: CaptchaQueue, caplog: pytest.LogCaptureFixture) -> None:
     async with running_worker(redis_server.url) as w:
         race = await ack_between_snapshot_and_renewal(w, redis, producer, caplog)
-        in_use = await redis.zcard(w.queue.keys.budget)
+        in_use = await redis.zcard(Keys(w.cfg.queue).budget)
     assert race.unit_score is None, "the heartbeat re-created the unit of a task delivered before its renewal"
     assert in_use == 0, "a unit outlived its solve"
 
@@ -144,7 +144,7 @@ async def test_a_heartbeat_never_renews_a_lease_another_worker_took(
         gate, renewed_after = asyncio.Event(), asyncio.Event()
         real_solve, real_renew = w.api.solve, w.queue.renew
         after_takeover = 0
-        keys = w.queue.keys
+        keys = Keys(w.cfg.queue)
 
         async def gated_solve(*args: Any, **kwargs: Any) -> Any:
             await gate.wait()
@@ -255,10 +255,10 @@ async def test_a_unit_given_back_for_a_paid_solve_is_not_counted_again_by_a_hear
             setattr(overflow, "solve", paid_held)
             task_id = await producer.submit("hcaptcha", HCAPTCHA)
             await asyncio.wait_for(raced.wait(), 30)
-            unit_while_paid = await redis.zscore(w.queue.keys.budget, unit_of(task_id))
+            unit_while_paid = await redis.zscore(Keys(w.cfg.queue).budget, unit_of(task_id))
             solve_on.set()
             outcome = await producer.result(task_id, timeout=30)
-            in_use = await redis.zcard(w.queue.keys.budget)
+            in_use = await redis.zcard(Keys(w.cfg.queue).budget)
     assert isinstance(outcome, Solved)
     assert unit_while_paid is None, "a heartbeat sent before the unit went back counted it again (a phantom unit)"
     assert [r.getMessage() for r in caplog.records].count("budget_units_lost") == 0
@@ -451,7 +451,7 @@ async def test_a_heartbeat_in_flight_never_puts_back_the_limit_the_plan_replaced
     async with SimulatorServer(SimConfig(speed=SPEED, seed=1, threads=2)) as sim, \
             worker_of(sim, redis_server.url) as w:
         await asyncio.wait_for(w._plan_read.wait(), 10)
-        keys = w.queue.keys
+        keys = Keys(w.cfg.queue)
         assert await redis.zrange(keys.limits, 0, -1) == [f"2:{w.id}"]
         real_heartbeat, real_threadsinfo = w.queue.heartbeat, w.api.threadsinfo
         followed, plan_sent, plan_done, held_done = (asyncio.Event() for _ in range(4))
@@ -485,7 +485,7 @@ async def test_a_heartbeat_in_flight_never_puts_back_the_limit_the_plan_replaced
         setattr(w.queue, "heartbeat", heartbeat)
         await asyncio.wait_for(asyncio.gather(held_done.wait(), plan_done.wait()), 30)
         members = await redis.zrange(keys.limits, 0, -1)
-        in_effect = await w.queue.budget.limit()
+        in_effect = await RedisQueue(redis, w.cfg.queue).budget.limit()
         exported = w.budget_limit
     assert held == [2] and w.limit == 4
     assert members == [f"4:{w.id}"], "a registration that was on its way put back a limit the plan replaced"
@@ -514,8 +514,8 @@ async def test_a_goodbye_removes_a_limit_whose_registration_was_never_answered(
             sim.simulator.reconfigure(replace(sim.simulator.config, threads=4))
             w.key_changed()
             await asyncio.wait_for(landed.wait(), 10)
-            assert await redis.zrange(w.queue.keys.limits, 0, -1) == [f"4:{w.id}"]
-        members = await redis.zrange(w.queue.keys.limits, 0, -1)
-        alive = await redis.zscore(w.queue.keys.workers, w.id)
+            assert await redis.zrange(Keys(w.cfg.queue).limits, 0, -1) == [f"4:{w.id}"]
+        members = await redis.zrange(Keys(w.cfg.queue).limits, 0, -1)
+        alive = await redis.zscore(Keys(w.cfg.queue).workers, w.id)
     assert members == [], "a limit of a worker that had said goodbye stayed in effect"
     assert alive is None

@@ -46,7 +46,7 @@ from captcha_worker.queue import AuditCheck, DeadLetter, RedisQueue, confirmed, 
 from captcha_worker.service import on_signals
 from captcha_worker.spend import Spend, SpendState
 from captcha_worker.task import payload_view
-from captcha_worker.worker import open_worker
+from captcha_worker.worker import default_worker_id, open_worker
 
 EXIT_OK, EXIT_FAIL, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 T = TypeVar("T")
@@ -148,7 +148,11 @@ async def _run_worker(cfg: WorkerConfig) -> int:
 
 
 async def _serve_worker(cfg: WorkerConfig, stop: asyncio.Event, hard: asyncio.Event) -> int:
-    async with open_worker(cfg) as worker, AsyncExitStack() as stack:
+    worker_id = default_worker_id()
+    redis = connect(cfg.redis, client_name=f"captcha-worker-{worker_id}")  # the worker's and the receiver's
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(redis.aclose)  # closed last, after everything that uses it
+        worker = await stack.enter_async_context(open_worker(cfg, worker_id=worker_id, redis=redis))
         try:
             probes = await stack.enter_async_context(ProbeServer(cfg.metrics_host, cfg.metrics_port,
                                                                  worker.readiness))
@@ -159,7 +163,7 @@ async def _serve_worker(cfg: WorkerConfig, stop: asyncio.Event, hard: asyncio.Ev
         print(f"captcha-worker run: metrics listening on http://{cfg.metrics_host}:{probes.port}", flush=True)
         if cfg.pingback_url:  # every worker receives callbacks for any worker's solves (the pingback Service)
             try:
-                receiver = await stack.enter_async_context(Receiver(worker.queue.redis, cfg.queue, cfg.pingback_host,
+                receiver = await stack.enter_async_context(Receiver(redis, cfg.queue, cfg.pingback_host,
                                                                     cfg.pingback_port))
             except OSError as exc:
                 return _die("captcha-worker run", f"cannot listen on {cfg.pingback_host}:{cfg.pingback_port} "

@@ -47,21 +47,11 @@ from captcha_worker.config import ProviderConfig, WorkerConfig
 from captcha_worker.log import event
 from captcha_worker.methods import Kind
 from captcha_worker.overflow import OverCap, Overflow, PaidSolution
-from captcha_worker.queue import (
-    Ack,
-    Claimed,
-    ClaimFlag,
-    ClaimReply,
-    Record,
-    RecordOutcome,
-    RedisQueue,
-    Text,
-    dead_entry,
-    is_raw_item,
-    item_ref,
-)
 from captcha_worker.spend import money
+from captcha_worker.store.keys import Text, is_raw_item, item_ref
+from captcha_worker.store.records import Ack, Claimed, ClaimFlag, ClaimReply, Record, RecordOutcome, dead_entry
 from captcha_worker.task import Invalid, PayloadView, Result, Status, Task, Timings, parse_task, payload_view
+from captcha_worker.worker_queue import WorkerQueue
 
 log = logging.getLogger("captcha_worker.worker")
 T = TypeVar("T")
@@ -91,7 +81,7 @@ class Host(Protocol):
 
     cfg: WorkerConfig
     api: Api
-    queue: RedisQueue
+    queue: WorkerQueue
     id: str
 
     @property
@@ -457,7 +447,7 @@ class JobRunner:
     async def _bury(self, job: Job, reason: str, code: str, *, task_id: str | None, reply_to: str | None,
                     view: PayloadView | None, status: Status = Status.ERROR, raw: bool = False) -> None:
         """Dead-letter the job's item; `view` is already redacted. With a task id, its producer gets a result
-        with this code (`raw`: only when no task of that id exists, see RedisQueue.bury). A payload kept only as
+        with this code (`raw`: only when no task of that id exists, see WorkerQueue.bury). A payload kept only as
         its fingerprint has its excerpt kept too while the operator's debugging window is open."""
         entry = dead_entry(reason=reason, code=code, task_id=task_id, view=view, attempts=job.attempt,
                            worker_deaths=job.deaths)
@@ -466,15 +456,14 @@ class JobRunner:
             result = Result(task_id, status, kind=job.task.kind.name if job.task else None, code=code, text=reason,
                             attempts=job.attempt, worker_deaths=job.deaths,
                             timings=Timings(claimed_at=job.claimed_at, finished_at=time.time()))
-        q = self.host.queue
-        done = await self.host.redis("bury", q.bury, job.settle().item, entry, result=result, reply_to=reply_to,
-                                     dead_max=self.cfg.dead_letter_max, result_ttl=self.cfg.result_ttl_seconds,
-                                     reply_ttl=REPLY_TTL_S, raw=raw, worker=self.host.id, unit=job.outcome_unit(),
-                                     hold_s=job.hold_s())
+        done = await self.host.redis("bury", self.host.queue.bury, job.settle().item, entry, result=result,
+                                     reply_to=reply_to, dead_max=self.cfg.dead_letter_max,
+                                     result_ttl=self.cfg.result_ttl_seconds, reply_ttl=REPLY_TTL_S, raw=raw,
+                                     worker=self.host.id, unit=job.outcome_unit(), hold_s=job.hold_s())
         if done is None or not done[0]:
             return  # no longer ours (a reaper took it back after a stall): its next claim settles it
         if view is not None and view.fingerprint is not None and view.excerpt is not None:
-            await self.host.redis("keep_raw", q.keep_excerpt, view.fingerprint.sha256, view.excerpt)
+            await self.host.redis("keep_raw", self.host.queue.keep_excerpt, view.fingerprint.sha256, view.excerpt)
         metrics.TASKS.labels(job.kind_label, "dead_lettered").inc()
         metrics.DEAD_LETTERS.labels(metrics.dead_letter_label(code)).inc()
         event(log, "task_dead_lettered", logging.WARNING, id=task_id, code=code, reason=reason,

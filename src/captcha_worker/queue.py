@@ -1,5 +1,6 @@
-"""The queue: what a worker, a producer and the gateway do with one queue in Redis (``RedisQueue``, the interface
-they depend on), one atomic transition per script (``store/lua/<name>.lua``, each with its KEYS and ARGV).
+"""The queue: what a worker, a producer and the gateway do with one queue in Redis (``RedisQueue``; the worker and its
+jobs depend only on the part they call, ``worker_queue.WorkerQueue``), one atomic transition per script
+(``store/lua/<name>.lua``, each with its KEYS and ARGV).
 
 The keys are ``store.keys`` (its header is the key table, with what a Redis Cluster requires of a queue); the
 records and replies ``store.records``; the script loader and transport ``store.scripts``. Their names are

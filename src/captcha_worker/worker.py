@@ -56,26 +56,27 @@ from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
 from captcha_worker.overflow import Overflow, ProviderPool
 from captcha_worker.pingback import Hub
-from captcha_worker.queue import (
+from captcha_worker.queue import RedisQueue  # built by redis_queue only: the Worker depends on WorkerQueue
+from captcha_worker.store.keys import item_ref
+from captcha_worker.store.records import (
     AuditCheck,
     BudgetState,
     Claimed,
     ClaimFlag,
     ClaimReply,
     QueueStats,
-    RedisQueue,
     Renewal,
     Report,
     Violation,
-    item_ref,
 )
 from captcha_worker.task import Task
+from captcha_worker.worker_queue import WorkerQueue
 
 log = logging.getLogger("captcha_worker.worker")
 T = TypeVar("T")
 P = ParamSpec("P")
 
-__all__ = ["Api", "Phase", "Worker", "default_worker_id", "open_worker"]
+__all__ = ["Api", "Phase", "Worker", "default_worker_id", "open_worker", "redis_queue"]
 
 PLAN_WAIT_S = 5.0  # at start, how long claims wait for the plan's threads (threadsinfo) to be known
 REPORT_BATCH = 20
@@ -95,9 +96,10 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    def __init__(self, cfg: WorkerConfig, redis: Client, api: Api, *, worker_id: str | None = None,
+    def __init__(self, cfg: WorkerConfig, queue: WorkerQueue, api: Api, *, worker_id: str | None = None,
                  overflow: Overflow | None = None) -> None:
         self.cfg = cfg
+        self.queue = queue  # the queue's operations (``open_worker`` builds a RedisQueue on the worker's client)
         self.api = api
         self._overflow = overflow  # the per-solve providers (PROVIDERS), None: overflow off
         self._foreign = frozenset(k.name for k in methods.FOREIGN_KINDS
@@ -110,8 +112,6 @@ class Worker:
         #: CaptchaAI's circuit breaker: only with PROVIDERS (overflow off: nothing to break to)
         self.breaker = Breaker(Policy.scaled(cfg.time_scale, cfg.http_timeout_seconds),
                                on_change=self._breaker_changed) if overflow is not None else None
-        self.queue = RedisQueue(redis, cfg.queue, wait_replicas=cfg.redis.wait_replicas,
-                                wait_timeout_ms=cfg.redis.wait_timeout_ms)
         self.id = worker_id or default_worker_id()
         self.phase = Phase.RUNNING
         self._started = False  # ready once its limit is registered and its loops and metrics are up
@@ -722,11 +722,22 @@ class Worker:
         event(log, "report_sent", id=report.task_id, verdict=verdict)
 
 
+def redis_queue(cfg: WorkerConfig, redis: Client) -> RedisQueue:
+    """The worker's queue on `redis`: the one place the worker side builds the concrete RedisQueue (durable writes
+    as REDIS_WAIT_REPLICAS asks)."""
+    return RedisQueue(redis, cfg.queue, wait_replicas=cfg.redis.wait_replicas,
+                      wait_timeout_ms=cfg.redis.wait_timeout_ms)
+
+
 @asynccontextmanager
-async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> AsyncIterator[Worker]:
-    """A Worker with its Redis client and API session; both closed on exit."""
+async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None,
+                      redis: Client | None = None) -> AsyncIterator[Worker]:
+    """A Worker with its queue (a RedisQueue on `redis`) and its API session, closed on exit. `redis` None: a
+    client of its own, closed on exit too; given, the caller's (``cli`` shares it with the pingback receiver)."""
     worker_id = worker_id or default_worker_id()
-    redis = connect(cfg.redis, client_name=f"captcha-worker-{worker_id}")
+    own = redis is None
+    if redis is None:
+        redis = connect(cfg.redis, client_name=f"captcha-worker-{worker_id}")
     try:
         async with AsyncExitStack() as stack:
             hub = None
@@ -740,7 +751,7 @@ async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> Asy
             overflow = None
             if cfg.providers is not None:  # provider clients, their key files, balances and spend (the operator's view)
                 overflow = (await stack.enter_async_context(ProviderPool(cfg, redis))).overflow
-            worker, reload = Worker(cfg, redis, api, worker_id=worker_id, overflow=overflow), None
+            worker, reload = Worker(cfg, redis_queue(cfg, redis), api, worker_id=worker_id, overflow=overflow), None
             if worker.breaker is not None:  # every CaptchaAI request's outcome feeds the breaker
                 api.observe = worker.breaker.record
             if cfg.api_key_file:  # a key rotated in its Secret reaches this process without a restart
@@ -758,4 +769,5 @@ async def open_worker(cfg: WorkerConfig, *, worker_id: str | None = None) -> Asy
                     with suppress(asyncio.CancelledError):
                         await reload
     finally:
-        await redis.aclose()
+        if own:
+            await redis.aclose()
