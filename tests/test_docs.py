@@ -338,3 +338,123 @@ def test_the_worker_side_depends_on_the_queue_interface() -> None:
     called = _queue_members_called("worker") | _queue_members_called("job")
     assert called <= members, f"called outside WorkerQueue: {sorted(called - members)}"
     assert members <= called, f"in WorkerQueue but called by neither worker.py nor job.py: {sorted(members - called)}"
+
+
+# -- docs/architecture.md: the layers, the map and the path of one task are the code's -----------------------------
+ARCHITECTURE = "docs/architecture.md"
+PACKAGE = ROOT / "src" / "captcha_worker"
+#: a row's line count may lag the file by this much before the map must be redrawn: 20 %, or 30 lines
+LINES_SLACK, LINES_SLACK_MIN = 0.2, 30
+
+
+def _map_rows() -> dict[str, tuple[int, int]]:
+    """'Who owns what': module (``store/keys``) -> (its layer, the lines the row says)."""
+    rows: dict[str, tuple[int, int]] = {}
+    layer = 0
+    for line in _section(ARCHITECTURE, "## Who owns what", "## The path of one task").splitlines():
+        if heading := re.match(r"^### (\d)\. ", line):
+            layer = int(heading[1])
+        elif row := re.match(r"^\| `([a-z0-9_/]+)` \| ([\d,]+) \|", line):
+            assert row[1] not in rows, f"{ARCHITECTURE}: two rows for {row[1]}"
+            rows[row[1]] = (layer, int(row[2].replace(",", "")))
+    return rows
+
+
+def _package_modules() -> dict[str, Path]:
+    return {p.relative_to(PACKAGE).with_suffix("").as_posix(): p for p in PACKAGE.rglob("*.py")
+            if p.name != "__init__.py"}
+
+
+def test_the_architecture_map_has_every_module_and_its_lines() -> None:
+    """Every module of the package has one row in 'Who owns what', every row is a module, and its line count is the
+    file's within the slack (a module that grew or shrank past it: redraw its row and what it owns)."""
+    rows, modules = _map_rows(), _package_modules()
+    assert set(rows) == set(modules), (f"{ARCHITECTURE}: no row for {sorted(set(modules) - set(rows))}; "
+                                       f"rows that are no module: {sorted(set(rows) - set(modules))}")
+    for name, (_, said) in rows.items():
+        lines = len(modules[name].read_text().splitlines())
+        assert abs(lines - said) <= max(LINES_SLACK_MIN, LINES_SLACK * lines), (
+            f"{ARCHITECTURE}: {name} has {lines} lines, its row says {said}")
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The package modules `path` imports (``store/keys``, or a sub-package as ``gateway``), lazy and typing-only
+    imports included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("captcha_worker"):
+            for alias in node.names:
+                sub = Path("src", *node.module.split("."), alias.name)
+                is_module = (ROOT / sub).with_suffix(".py").is_file() or (ROOT / sub / "__init__.py").is_file()
+                names.append(f"{node.module}.{alias.name}" if is_module else node.module)
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("captcha_worker")]
+        found |= {n.removeprefix("captcha_worker").lstrip(".").replace(".", "/") for n in names}
+    return found - {""}
+
+
+def test_no_module_imports_from_a_layer_above_its_own() -> None:
+    """docs/architecture.md 'Layers': a module imports from its own layer and those below only (a sub-package
+    imported whole counts as its highest module)."""
+    rows = _map_rows()
+
+    def layer(name: str) -> int:
+        if name in rows:
+            return rows[name][0]
+        inside = [layer for module, (layer, _) in rows.items() if module.startswith(f"{name}/")]
+        assert inside, f"{name} is neither a module of the map nor a package of its modules"
+        return max(inside)
+
+    modules = _package_modules()
+    for name, (own, _) in rows.items():
+        for dep in _imported_modules(modules[name]):
+            assert layer(dep) <= own, (f"{name} (layer {own}) imports {dep} (layer {layer(dep)}): move one of them, "
+                                       f"or redraw the layers in {ARCHITECTURE}")
+
+
+def _resolves(dotted: str) -> bool:
+    """`worker.Worker._claim_loop` names a module of the package and, after it, attributes that exist."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = "captcha_worker." + ".".join(parts[:cut])
+        try:
+            found: object = importlib.import_module(module)
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(found, attr):
+                return False
+            found = getattr(found, attr)
+        return True
+    return False
+
+
+def test_every_name_the_architecture_doc_draws_exists() -> None:
+    """In the intro, 'Layers', 'Who owns what' and 'The path of one task', every code-like name in backticks exists:
+    a dotted name (``job.JobRunner._finish``) resolves in the package, a bare lower-case word is a module or
+    sub-package, a ``.lua`` file is a script or library of store/lua/, a ``{q}:`` key is one ``Keys`` makes, and a
+    relative path is a file or folder of the repository or the package. File names of other kinds (``in.php``),
+    HTTP paths, upper-case names and phrases are prose."""
+    text = _section(ARCHITECTURE, "# Architecture", "## Redis protocol and guarantees")
+    shapes = [re.escape(s).replace(re.escape("<"), "<").replace(re.escape(">"), ">") for s in _key_shapes().values()]
+    key_patterns = [re.compile("^" + re.sub(r"<[a-z0-9]+>", "[^:]+", s) + "$") for s in shapes]
+    modules = {*_package_modules(), *(p.parent.name for p in PACKAGE.glob("*/__init__.py")), PACKAGE.name}
+    lua = PACKAGE / "store" / "lua"
+    checked = 0
+    for name in re.findall(r"`([^`\n]+)`", text):
+        if name.startswith("{q}:"):
+            assert any(p.match(name) for p in key_patterns), f"{ARCHITECTURE}: no key of Keys is {name}"
+        elif name.endswith(".lua") and name.count(".") == 1:
+            assert (lua / name).is_file(), f"{ARCHITECTURE}: no script {name} in store/lua/"
+        elif re.fullmatch(r"[a-z_][a-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+", name) and not re.search(
+                r"\.(php|py|md|sh|json|yaml)$", name):
+            assert _resolves(name), f"{ARCHITECTURE}: {name} names nothing in the package"
+        elif re.fullmatch(r"[a-z_][a-z0-9_]*(/[a-z_][a-z0-9_]*)*", name):
+            assert name in modules, f"{ARCHITECTURE}: {name} is no module of the package"
+        elif "/" in name and not name.startswith("/") and " " not in name:
+            assert (ROOT / name).exists() or (PACKAGE / name).exists(), f"{ARCHITECTURE}: no file or folder {name}"
+        else:
+            continue
+        checked += 1
+    assert checked >= 150, f"only {checked} names checked: has the doc's markup changed?"
