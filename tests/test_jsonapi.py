@@ -174,3 +174,42 @@ def test_the_gateway_doc_lists_every_task_type() -> None:
     table = doc.split("| kind | task types | solution |", 1)[1].split("\n\n", 1)[0]
     listed = set(re.findall(r"`([A-Za-z0-9]+Task(?:Proxyless)?)`", table))
     assert listed == {t.name for t in jsonapi_tasks.TASK_TYPES}
+
+
+@pytest.mark.parametrize(("task", "kind", "params"), CASES, ids=[f"{c[0]['type']}-{i}" for i, c in enumerate(CASES)])
+def test_a_queued_task_becomes_a_task_object_that_maps_back_to_it(task: dict[str, Any], kind: str,
+                                                                   params: dict[str, str]) -> None:
+    """The createTask client's direction: to_task(method, params) is a type the providers take, and map_task of it
+    is the very task again (every field that has a JSON-API name survives both ways)."""
+    mapped = map_task(task)
+    assert isinstance(mapped, Mapped)
+    sent = jsonapi_tasks.to_task(mapped.method, mapped.params)
+    assert sent is not None
+    again = map_task(sent)
+    assert isinstance(again, Mapped), (sent, again)
+    assert (again.method, again.params) == (mapped.method, mapped.params), sent
+    assert "proxy" not in mapped.params or not str(sent["type"]).endswith("Proxyless")
+
+
+def test_to_task_for_kinds_without_a_type_and_foreign_kinds() -> None:
+    assert jsonapi_tasks.to_task("bls", {"instructions": "x"}) is None
+    assert jsonapi_tasks.to_task("nosuch", {}) is None
+    hc = jsonapi_tasks.to_task("hcaptcha", {"sitekey": "k", "pageurl": PAGE, "proxy": "10.0.0.1:80",
+                                            "proxytype": "SOCKS5"})
+    assert hc == {"type": "HCaptchaTask", "websiteURL": PAGE, "websiteKey": "k", "proxyType": "socks5",
+                  "proxyAddress": "10.0.0.1", "proxyPort": 80}
+    back = map_task(hc, foreign=True)
+    assert isinstance(back, Mapped) and back.method == "hcaptcha" and back.params["proxy"] == "10.0.0.1:80"
+    assert isinstance(map_task(hc), Refused), "the gateway still refuses it: CaptchaAI does not solve hCaptcha"
+
+
+@pytest.mark.parametrize("kind", [*methods.KIND_NAMES, "hcaptcha"])
+def test_answer_of_reads_back_every_solution(kind: str) -> None:
+    k = methods.foreign_kind(kind) or methods.by_name(kind)
+    answer = {"image": Answer("abc"), "grid": Answer("[1, 4, 7]"), "bls": Answer("[2, 3]"),
+              "geetest": Answer(json.dumps({"challenge": "c", "validate": "v", "seccode": "s"})),
+              "geetest_v4": Answer(json.dumps({"lot_number": "l", "pass_token": "p", "gen_time": "1"}))
+              }.get(kind, Answer("0.token", "UA" if k.shape is methods.AnswerShape.TOKEN_WITH_UA else None))
+    assert jsonapi_tasks.answer_of(k, solution(k, answer)) == answer
+    assert jsonapi_tasks.answer_of(k, {"nothing": "here"}) is None
+    assert jsonapi_tasks.answer_of(k, "not an object") is None

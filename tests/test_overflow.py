@@ -1,6 +1,8 @@
-"""Paid solves under the spend cap (captcha_worker.overflow): the real simulator process as a res.php provider, a
-real redis-server for the cap. Exact figures: the ledger equals the provider's submissions times the price, the cap
-refuses before anything reaches the provider, refunded UNSOLVABLE rounds cost nothing."""
+"""Paid solves under the spend cap (captcha_worker.overflow): the real simulator process as a res.php provider and
+(``--profile anticaptcha``, its JSON API) as a createTask one, a real redis-server for the cap. Exact figures: the
+ledger equals the provider's submissions times the price (the simulator's own charge), the cap refuses before
+anything reaches the provider, refunded UNSOLVABLE rounds cost nothing, charged ones the price, and a createTask
+whose reply was lost is counted spent (the simulator did charge it)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from captcha_worker import log, methods
 from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy, TaskFailed
 from captcha_worker.codes import Code
 from captcha_worker.config import ProvidersConfig, providers_from_env
+from captcha_worker.createtask import JsonApi, MaybeCharged
 from captcha_worker.overflow import OverCap, Overflow, key_watchers, ledger_label, parse_label
 from captcha_worker.spend import Spend
 from tests.helpers import run_cli, secret_volume
@@ -229,6 +232,114 @@ async def test_the_operator_sees_balance_spend_and_cap_from_a_running_worker(red
     assert view["by_tenant"] == {"-": "0.002990", "team-a": "0.001450"} and view["by_provider"] == {
         "twocaptcha": "0.004440"}
     assert PKEY not in out.stdout + out.stderr + js.stdout
+
+
+# -- a createTask provider: the simulator's JSON API under --profile anticaptcha (2.00 per 1,000, UNSOLVABLE charged)
+AC_LABEL = "anticaptcha|turnstile"
+AC_PRICE = 2000
+
+
+def ac_providers(sim: SimProc, *, hour: float = 5.0, refund: bool | None = None) -> ProvidersConfig:
+    entry: dict[str, Any] = {"name": "anticaptcha", "protocol": "createTask", "url": sim.url, "key": PKEY,
+                             "kinds": ["turnstile"], "price_per_1000": {"turnstile": 2.0}}
+    if refund is not None:
+        entry["refund_unsolvable"] = refund
+    pc = providers_from_env({"PROVIDERS": json.dumps({"providers": [entry], "cap": {"hour": hour, "day": 50.0}})})
+    assert pc is not None
+    return pc
+
+
+@pytest.fixture(scope="module")
+def ac_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProc]:
+    with simulator(tmp_path_factory.mktemp("createtask"), "--profile", "anticaptcha", "--threads", "50",
+                   "--speed", str(SPEED), "--seed", "28", "--balance", "100") as s:
+        yield s
+
+
+@pytest.fixture
+async def ac_overflow_of(redis: Redis, ac_sim: SimProc) -> AsyncIterator[Any]:
+    ac_sim.configure(faults={"unsolvable": 0.0, "slow": 0.0})
+    ac_sim.reset()
+    async with JsonApi(ac_providers(ac_sim).providers[0].key, ac_sim.url, poll_scale=SPEED,
+                       retry=RetryPolicy.scaled(SPEED), http_timeout_s=0.5) as api:
+        def make(**kw: Any) -> Overflow:
+            return Overflow(Spend(redis, "captcha"), ac_providers(ac_sim, **kw), {"anticaptcha": api})
+        yield make
+
+
+async def test_a_createtask_solve_is_reserved_solved_and_charged_as_the_provider_charged(
+        ac_overflow_of: Any, ac_sim: SimProc, redis: Redis) -> None:
+    ov: Overflow = ac_overflow_of()
+    p = ov.provider_for("turnstile")
+    assert p is not None and p.protocol == "createTask" and not p.refund_unsolvable, "createTask: charged by default"
+    paid = await ov.solve("j1", p, TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 60)
+    assert (paid.provider, paid.cost_micro) == ("anticaptcha", AC_PRICE) and paid.solution.answer.request
+    st = await Spend(redis, "captcha").state()
+    ps = ac_sim.stats()
+    assert (st.reserved, st.totals) == (0, {AC_LABEL: AC_PRICE})
+    assert (ps["json_calls"]["createTask"], ps["charges"], ps["charged_micro"]) == (1, 1, AC_PRICE)
+    assert ps["calls"]["in.php"] == 0, "the JSON API, not in.php"
+
+
+async def test_createtask_solves_stop_at_the_cap_and_the_ledger_is_the_providers_charge(
+        ac_overflow_of: Any, ac_sim: SimProc, redis: Redis) -> None:
+    """20 concurrent solves, a cap with room for 7, a third of the provider's solves UNSOLVABLE (charged by
+    Anti-Captcha, and by default here): the ledger equals the simulator's charge to the micro-unit, never above
+    the cap, and a refused reservation never reaches the provider."""
+    ov: Overflow = ac_overflow_of(hour=0.002 * 7)
+    p = ov.provider_for("turnstile")
+    assert p is not None
+    ac_sim.configure(faults={"unsolvable": 0.33})
+    got = await asyncio.gather(*(ov.solve(f"q{i}", p, TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 60,
+                                          unsolvable_retries=1) for i in range(20)), return_exceptions=True)
+    capped = [g for g in got if isinstance(g, OverCap)]
+    unexpected = [g for g in got if isinstance(g, BaseException) and not isinstance(g, OverCap | TaskFailed)]
+    assert not unexpected, unexpected
+    st = await Spend(redis, "captcha").state()
+    ps = ac_sim.stats()
+    assert ps["json_calls"]["createTask"] == ps["charges"] == 7, "7 fit the cap, each charged (UNSOLVABLE too)"
+    assert st.totals[AC_LABEL] == st.hour == ps["charged_micro"] == 7 * AC_PRICE and st.reserved == 0
+    assert len(capped) >= 20 - 7
+
+
+@pytest.mark.parametrize(("refund", "charged"), [(None, 2 * AC_PRICE), (True, 0)])
+async def test_createtask_unsolvable_charged_by_default_or_refunded_when_configured(
+        ac_overflow_of: Any, ac_sim: SimProc, redis: Redis, refund: bool | None, charged: int) -> None:
+    ov: Overflow = ac_overflow_of(refund=refund)
+    p = ov.provider_for("turnstile")
+    assert p is not None
+    ac_sim.configure(faults={"unsolvable": 1.0})
+    with pytest.raises(TaskFailed) as err:
+        await ov.solve("u2", p, TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 60, unsolvable_retries=1)
+    assert err.value.code == Code.ERROR_CAPTCHA_UNSOLVABLE
+    st = await Spend(redis, "captcha").state()
+    assert (st.reserved, st.totals) == (0, {AC_LABEL: charged})
+    assert ac_sim.stats()["charged_micro"] == 2 * AC_PRICE, "the simulator (Anti-Captcha) charged both rounds"
+
+
+async def test_a_createtask_whose_reply_was_lost_is_counted_spent(ac_overflow_of: Any, ac_sim: SimProc,
+                                                                  redis: Redis) -> None:
+    """The simulator creates (and charges) the task, then resets the connection instead of replying (the `lost`
+    fault): MaybeCharged, one createTask (never resent), its reservation settled at the price at once, so the
+    ledger equals the simulator's charge to the micro-unit. The next solve, with replies arriving again, is charged
+    once more."""
+    ov: Overflow = ac_overflow_of()
+    p = ov.provider_for("turnstile")
+    assert p is not None
+    ac_sim.configure(faults={"lost": 1.0})
+    try:
+        with pytest.raises(MaybeCharged):
+            await ov.solve("m1", p, TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 60)
+    finally:
+        ac_sim.configure(faults={"lost": 0.0})
+    st = await Spend(redis, "captcha").state()
+    ps = ac_sim.stats()
+    assert (st.reserved, st.totals) == (0, {AC_LABEL: AC_PRICE})
+    assert (await Spend(redis, "captcha").record("anticaptcha:m1:0") or "").startswith(f"S|{AC_PRICE}|{AC_PRICE}|")
+    assert (ps["json_calls"]["createTask"], ps["faults"]["lost"], ps["charged_micro"]) == (1, 1, AC_PRICE)
+    await ov.solve("m2", p, TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 60)
+    st = await Spend(redis, "captcha").state()
+    assert st.totals[AC_LABEL] == ac_sim.stats()["charged_micro"] == 2 * AC_PRICE
 
 
 def test_ledger_labels_round_trip() -> None:

@@ -7,13 +7,18 @@ simulator processes (one as CaptchaAI, thread-billed; one as a per-solve provide
 * the ledger equals the provider's own charge to the micro-unit, and every paid result says its provider and cost;
 * with no provider configured the same task is the UNSUPPORTED_METHOD error it always was, and CaptchaAI never
   sees it;
-* the spend cap: room for 3 solves, 6 tasks -> 3 solved, 3 answered expired at their deadline, the provider saw 3.
+* the spend cap: room for 3 solves, 6 tasks -> 3 solved, 3 answered expired at their deadline, the provider saw 3;
+* a ``createTask`` provider (the simulator's JSON API, ``--profile anticaptcha``: UNSOLVABLE charged) takes both the
+  kind CaptchaAI lacks and, with CaptchaAI refusing the workers' key (its breaker open), every other task, under a
+  cap with room for 12 of 20: the spend never above the cap at any 50 ms sample, the ledger equal to the
+  simulator's own charge to the micro-unit, and the provider's balance (``getBalance``) on the workers' metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,7 +27,8 @@ from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Expired, Failed, Outcome, Solved
 from captcha_worker.queue import Keys
-from captcha_worker.spend import Spend
+from captcha_worker.spend import HOUR_S, Spend, to_micro
+from tests.helpers import wait_until
 from tests.procs import RedisServer, SimProc, WorkerProc, simulator, workers
 
 pytestmark = pytest.mark.integration
@@ -153,3 +159,86 @@ async def test_the_spend_cap_stops_paid_solves_before_the_provider(
     assert (ps["submitted"], ps["charged_micro"]) == (3, 3 * 1450)
     st = await Spend(redis, "captcha").state()
     assert st.hour == st.totals["twocaptcha|hcaptcha"] == 3 * 1450
+
+
+AC_PRICE = 2000  # micro per solve: the anticaptcha profile's 2.00 per 1,000
+OTHER_KEY = "ffffffffffffffffffffffffffffffff"  # the only key the CaptchaAI simulator takes: the workers' is refused
+
+
+def createtask_providers(sim: SimProc, *, hour: float) -> str:
+    return json.dumps({"providers": [{"name": "anticaptcha", "protocol": "createTask", "url": sim.url, "key": PKEY,
+                                      "kinds": ["hcaptcha", "turnstile"],
+                                      "price_per_1000": {"hcaptcha": 2.0, "turnstile": 2.0}}],
+                       "cap": {"hour": hour, "day": 50.0}})
+
+
+async def _past_an_hours_start(redis: Redis, margin_s: float = 60.0) -> None:
+    """The cap's windows are clock hours of Redis' TIME: a run across an hour's start would have two windows'
+    room. Wait for the next hour when this one ends within `margin_s` (the run takes ~25 s)."""
+    now, _ = await redis.time()
+    left = HOUR_S - now % HOUR_S
+    if left < margin_s:
+        await asyncio.sleep(left + 1)
+
+
+async def test_a_createtask_provider_takes_the_overflow_under_the_cap(
+        redis_server: RedisServer, redis: Redis, producer: CaptchaQueue, tmp_path: Path) -> None:
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "paid").mkdir()
+    cap_solves = 12
+    cap_micro = AC_PRICE * cap_solves
+    with simulator(tmp_path / "plan", "--threads", "1", "--speed", str(SPEED), "--seed", "5", "--keys", OTHER_KEY,
+                   "--ban-after", "0") as plan, \
+            simulator(tmp_path / "paid", "--profile", "anticaptcha", "--threads", "50", "--speed", str(SPEED),
+                      "--seed", "6", "--balance", "10", "--fault", "unsolvable=0.2") as paid:
+        env = env_of(redis_server.url, plan, PROVIDERS=createtask_providers(paid, hour=cap_micro / 1_000_000),
+                     THREADSINFO_INTERVAL_SECONDS="5", HTTP_TIMEOUT_SECONDS="2")
+        with workers(2, env, tmp_path) as procs:
+            await wait_until(lambda: _breakers_open(procs), 30, "every worker's breaker open (CaptchaAI: no plan)")
+            await _past_an_hours_start(redis)
+            spend, samples, sampling = Spend(redis, "captcha"), [], True
+
+            async def sample() -> None:
+                while sampling:
+                    samples.append((await spend.state()).hour)
+                    await asyncio.sleep(0.05)
+
+            sampler = asyncio.create_task(sample())
+            ids = [await producer.submit("hcaptcha", HCAPTCHA, deadline=15) for _ in range(10)]
+            ids += [await producer.submit("turnstile", TURNSTILE, deadline=15) for _ in range(10)]
+            out = await outcomes(producer, ids)
+            sampling = False
+            await sampler
+            st = await spend.state()
+            ps = paid.stats()
+
+            def balance_read() -> bool:
+                return all(w.metric("captcha_solver_provider_balance", provider="anticaptcha")
+                           == ps["balance_micro"] / 1_000_000 for w in procs)
+
+            waited = time.monotonic()
+            await wait_until(balance_read, 3 * 5, "each worker read the provider's balance (getBalance) again")
+            balance_after_s = time.monotonic() - waited
+            no_crash(procs)
+        assert plan.stats()["submitted"] == 0, "CaptchaAI refused the key: it solved nothing"
+    solved = [o for o in out.values() if isinstance(o, Solved)]
+    expired = [o for o in out.values() if isinstance(o, Expired)]
+    failed = [o for o in out.values() if isinstance(o, Failed)]
+    assert len(solved) + len(expired) + len(failed) == len(ids), out
+    assert all(f.code == "ERROR_CAPTCHA_UNSOLVABLE" for f in failed), failed
+    assert {o.provider for o in solved} == {"anticaptcha"}
+    ledger = sum(st.totals.values())
+    print(f"createtask overflow: solved {len(solved)} expired {len(expired)} unsolvable {len(failed)}; "
+          f"provider charges {ps['charges']} ({ps['charged_micro']} micro, {ps['failed']} UNSOLVABLE); "
+          f"ledger {ledger} micro; cap {cap_micro}; max sample {max(samples)} of {len(samples)}; "
+          f"balance read {balance_after_s:.1f} s after")
+    assert samples and max(samples) <= cap_micro, f"spend {max(samples)} above the cap {cap_micro}"
+    assert ledger == ps["charged_micro"] == AC_PRICE * ps["charges"], "the ledger is the provider's own charge"
+    assert ps["charges"] == cap_solves and ledger == cap_micro, "the cap's room used to the last solve, no more"
+    assert st.reserved == 0
+    assert sum(to_micro(o.cost or "0") for o in solved) + AC_PRICE * (ps["charges"] - len(solved)) == ledger, \
+        "every charge is a solved task's cost or a charged UNSOLVABLE round"
+
+
+async def _breakers_open(procs: list[WorkerProc]) -> bool:
+    return all(any(e["state"] == "open" for e in p.events("captchaai_breaker")) for p in procs)

@@ -738,6 +738,20 @@ async def test_fault_server_error(session: aiohttp.ClientSession) -> None:
         assert srv.stats().submitted == 0
 
 
+async def test_fault_lost_takes_effect_and_never_replies(session: aiohttp.ClientSession) -> None:
+    """``lost``: the submission is accepted (and charged by a per-solve profile), then the connection is reset
+    instead of the reply: what a client sees as a lost in.php reply really created a task."""
+    cfg = SimConfig(profile="2captcha", speed=FAST)  # type: ignore[arg-type]
+    async with SimulatorServer(cfg) as srv:
+        api = Api(session, srv.url)
+        await api.sim("config", {"faults": {"lost": 1.0}})
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await api.submit(turnstile(), via="form")  # a POST: aiohttp resends a GET once after a reset
+        await api.sim("config", {"faults": {"lost": 0.0}})
+        st = srv.stats()
+        assert (st.faults["lost"], st.submitted, st.charges, st.charged_micro) == (1, 1, 1, 1450)
+
+
 async def test_fault_rates_are_probabilities(session: aiohttp.ClientSession) -> None:
     async with SimulatorServer(SimConfig(faults=Faults(html502=0.5), seed=3)) as srv:
         api = Api(session, srv.url)

@@ -128,3 +128,27 @@ async def test_any_body_gets_a_json_api_answer(method: str, body: dict[str, Any]
         for status, reply in (await api.call(method, body), await api.call(method, raw=raw)):
             assert status == 200 and isinstance(reply["errorId"], int), reply
             assert reply["errorId"] == 0 or reply["errorCode"].startswith("ERROR_")
+
+
+async def test_a_per_solve_profile_takes_hcaptcha_tasks_and_anticaptcha_charges_unsolvable(
+        session: aiohttp.ClientSession) -> None:
+    """``--profile anticaptcha`` over the JSON API (what a createTask provider is tested against): an HCaptchaTask
+    is solved (the captchaai profile refuses it), each answered task is charged its price once, and an UNSOLVABLE
+    one is charged too (Anti-Captcha's meaning); ``--profile 2captcha`` never charges UNSOLVABLE."""
+    hcaptcha = {"type": "HCaptchaTaskProxyless", "websiteURL": PAGE, "websiteKey": "a5f74b19-9e45-40e0-b45d-47ff"}
+    async with SimulatorServer(SimConfig(speed=FAST)) as plain:
+        refused = await Json(session, plain).create(hcaptcha)
+        assert refused["errorCode"] == "ERROR_TASK_NOT_SUPPORTED"
+    for profile, unsolvable_charged in (("anticaptcha", True), ("2captcha", False)):
+        cfg = SimConfig(speed=FAST, profile=profile)  # type: ignore[arg-type]
+        async with SimulatorServer(cfg) as srv:
+            api = Json(session, srv)
+            _, got = await api.solve(hcaptcha)
+            assert got["status"] == "ready" and got["solution"]["token"], got
+            price = srv.stats().charged_micro
+            assert price == (2000 if profile == "anticaptcha" else 1450) and srv.stats().charges == 1
+            srv.simulator.reconfigure(SimConfig(speed=FAST, profile=profile,  # type: ignore[arg-type]
+                                                faults=Faults(unsolvable=1.0)))
+            _, failed = await api.solve(hcaptcha)
+            assert failed["errorCode"] == "ERROR_CAPTCHA_UNSOLVABLE"
+            assert srv.stats().charged_micro == price * (2 if unsolvable_charged else 1), profile

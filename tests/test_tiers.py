@@ -18,6 +18,7 @@ TIERS: dict[str, str] = {
     "tests/test_audit.py": FAST,
     "tests/test_breaker.py": FAST,
     "tests/test_captchaai.py": FAST,
+    "tests/test_createtask.py": FAST,
     "tests/test_cli.py": FAST,  # the CLI as processes against one stack (~70 s)
     "tests/test_codes.py": FAST,
     "tests/test_compatibility.py": INTEGRATION,  # the client libraries

@@ -66,6 +66,10 @@ _FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
 class ApiError(Exception):
     """An API failure. ``str()`` is safe to log and to show users."""
 
+    #: the server answered with an error of its own: the request was refused, nothing was created (createtask.py
+    #: reads it: a createTask failure that is not a refusal may have created a paid task)
+    refused: bool = False
+
     def __init__(self, code: str, endpoint: str, detail: str = "") -> None:
         self.code = code
         self.endpoint = endpoint

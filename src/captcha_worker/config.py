@@ -484,7 +484,9 @@ class ProviderConfig:
     kinds: tuple[str, ...]
     prices: tuple[tuple[str, int], ...]  # (kind, micro per solve) for every kind
     concurrency: int = 10
-    refund_unsolvable: bool = True  # UNSOLVABLE is refunded by the provider (settled at 0)
+    #: UNSOLVABLE is refunded by the provider (settled at 0); PROVIDERS' default: true for res.php (2captcha refunds
+    #: it), false for createTask (Anti-Captcha charges it; CapSolver and CapMonster Cloud do not say)
+    refund_unsolvable: bool = True
 
     def price_micro(self, kind: str) -> int:
         """The price of one solve of `kind` in micro-units (KeyError: not one of its kinds)."""
@@ -587,7 +589,7 @@ def _provider(item: object, i: int) -> ProviderConfig:
     concurrency = item.get("concurrency", 10)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 1000:
         raise ConfigError(f"{at}.concurrency must be an integer between 1 and 1000")
-    refund = item.get("refund_unsolvable", True)
+    refund = item.get("refund_unsolvable", protocol == "res.php")  # 2captcha refunds; Anti-Captcha charges
     if not isinstance(refund, bool):
         raise ConfigError(f"{at}.refund_unsolvable must be true or false")
     return ProviderConfig(name, str(protocol), str(url).rstrip("/"), Secret(key), key_file, tuple(kinds),

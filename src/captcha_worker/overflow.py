@@ -1,6 +1,8 @@
 """A paid solve at a per-solve provider under the spend cap (issue 27): reserve the price in Redis
-(:mod:`captcha_worker.spend`), solve, settle. Only the ``res.php`` protocol (2captcha, rucaptcha) so far: it is the
-CaptchaAI v1 client (:class:`captcha_worker.captchaai.CaptchaAI`) pointed at the provider's URL with its key.
+(:mod:`captcha_worker.spend`), solve, settle. A ``res.php`` provider (2captcha, rucaptcha) is solved with the
+CaptchaAI v1 client (:class:`captcha_worker.captchaai.CaptchaAI`) pointed at its URL with its key; a ``createTask``
+one (Anti-Captcha, CapSolver, CapMonster Cloud) with the JSON-API client (:class:`captcha_worker.createtask.JsonApi`).
+Both are a :class:`PaidApi`: the same reservation, the same settlement, the same errors.
 
 Every submission is its own reservation (``<provider>:<task id>:<round>``): an UNSOLVABLE answer that is resubmitted
 is a second charge. What a round is settled at:
@@ -28,14 +30,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
 from redis.exceptions import RedisError
 
 from captcha_worker import log, methods, metrics
 from captcha_worker.captchaai import ApiError, CaptchaAI, OnSubmit, RetryPolicy, Solution, SolveStats, TaskFailed
 from captcha_worker.codes import Code
-from captcha_worker.config import ProviderConfig, ProvidersConfig, WorkerConfig, read_provider_key_file
+from captcha_worker.config import ProviderConfig, ProvidersConfig, Secret, WorkerConfig, read_provider_key_file
 from captcha_worker.connection import Client
+from captcha_worker.createtask import JsonApi, MaybeCharged
 from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
 from captcha_worker.spend import MICRO, Cap, Reservation, Spend
@@ -58,6 +62,22 @@ class OverCap(Exception):
         self.reservation = reservation
 
 
+class PaidApi(Protocol):
+    """What a paid solve needs of a provider's client (CaptchaAI's v1 client, the JSON-API client)."""
+
+    poll_scale: float
+
+    def solve_window(self, kind: methods.Kind) -> float: ...
+
+    async def solve(self, kind: methods.Kind, method: str, params: Mapping[str, str], *, deadline: float,
+                    unsolvable_retries: int = ..., stats: SolveStats | None = ...,
+                    on_submit: OnSubmit | None = ...) -> Solution: ...
+
+    async def getbalance(self) -> float: ...
+
+    def set_key(self, key: Secret) -> None: ...
+
+
 @dataclass(frozen=True)
 class PaidSolution:
     solution: Solution
@@ -68,14 +88,13 @@ class PaidSolution:
 class Overflow:
     """Paid solves at the configured providers; `clients` maps a provider's name to its open client."""
 
-    def __init__(self, spend: Spend, config: ProvidersConfig, clients: Mapping[str, CaptchaAI]) -> None:
+    def __init__(self, spend: Spend, config: ProvidersConfig, clients: Mapping[str, PaidApi]) -> None:
         self.spend, self.config, self.clients = spend, config, clients
         self.cap = Cap(hour=config.cap_hour_micro, day=config.cap_day_micro)
 
     def provider_for(self, kind: str) -> ProviderConfig | None:
-        """The provider that takes `kind` (a res.php one: the only protocol solved so far), or None."""
-        return next((p for p in self.config.providers if kind in p.kinds and p.protocol == "res.php"
-                     and p.name in self.clients), None)
+        """The first provider (in the configured order) with an open client that takes `kind`, or None."""
+        return next((p for p in self.config.providers if kind in p.kinds and p.name in self.clients), None)
 
     async def solve(self, task_id: str, provider: ProviderConfig, kind: methods.Kind, method: str,
                     params: Mapping[str, str], *, deadline: float, unsolvable_retries: int = 1,
@@ -101,6 +120,9 @@ class Overflow:
                         continue
                 elif not submitted:
                     await self._settle(rid, 0, label)
+                raise
+            except MaybeCharged:
+                await self._settle(rid, price, label)  # the provider may have created it: spent, not refunded
                 raise
             except Exception:
                 if not submitted:
@@ -149,7 +171,7 @@ def _recorder(ids: list[str]) -> OnSubmit:
     return note
 
 
-def key_watchers(config: ProvidersConfig, clients: Mapping[str, CaptchaAI]) -> list[KeyFileWatcher]:
+def key_watchers(config: ProvidersConfig, clients: Mapping[str, PaidApi]) -> list[KeyFileWatcher]:
     """One watcher per provider whose key is a file: `check()` (every KEY_RELOAD_SECONDS, keyfile.watch_key_file)
     hands a rotated key to the provider's client for its next request, one ``api_key_reloaded`` line (holder
     ``provider <name>``, never the key); a malformed file keeps the key in use (``api_key_file_invalid``)."""
@@ -159,17 +181,17 @@ def key_watchers(config: ProvidersConfig, clients: Mapping[str, CaptchaAI]) -> l
 
 
 class ProviderPool:
-    """The worker's side of PROVIDERS that routing builds on: an open client per ``res.php`` provider (the clients
-    :class:`Overflow` solves with), their key files re-read every KEY_RELOAD_SECONDS (:func:`key_watchers`), and
-    the operator's view: each provider's balance (``getbalance``, every THREADSINFO_INTERVAL_SECONDS) as
-    ``provider_balance``, the spend windows and the cap (``spend`` / ``spend_cap``, every SPEND_POLL_SECONDS).
-    ``createTask`` providers get no client yet (the JSON-API client is not built), hence no balance."""
+    """The worker's side of PROVIDERS that routing builds on: an open client per provider (the clients
+    :class:`Overflow` solves with: :class:`CaptchaAI` for ``res.php``, :class:`JsonApi` for ``createTask``), their
+    key files re-read every KEY_RELOAD_SECONDS (:func:`key_watchers`), and the operator's view: each provider's
+    balance (``getbalance`` / ``getBalance``, every THREADSINFO_INTERVAL_SECONDS) as ``provider_balance``, the
+    spend windows and the cap (``spend`` / ``spend_cap``, every SPEND_POLL_SECONDS)."""
 
     def __init__(self, cfg: WorkerConfig, redis: Client) -> None:
         assert cfg.providers is not None
         self.cfg, self.config, self.redis = cfg, cfg.providers, redis
         self.spend = Spend(redis, cfg.queue)
-        self.clients: dict[str, CaptchaAI] = {}
+        self.clients: dict[str, PaidApi] = {}
         self.overflow = Overflow(self.spend, self.config, self.clients)  # the routing's solves (the same clients)
         self._stack = AsyncExitStack()
         self._tasks: list[asyncio.Task[None]] = []
@@ -179,13 +201,7 @@ class ProviderPool:
         cfg = self.cfg
         for p in self.config.providers:
             log.add_secret(p.key.value)
-            if p.protocol != "res.php":
-                event(_log, "provider_not_routed", logging.WARNING, provider=p.name, protocol=p.protocol,
-                      hint="only res.php providers are solved at so far; its kinds stay CaptchaAI's")
-                continue
-            self.clients[p.name] = await self._stack.enter_async_context(CaptchaAI(
-                p.key, p.url, http_timeout_s=cfg.http_timeout_seconds, poll_timeout_s=cfg.http_poll_timeout_seconds,
-                retry=RetryPolicy.scaled(cfg.time_scale), poll_scale=cfg.time_scale, max_connections=p.concurrency))
+            self.clients[p.name] = await self._stack.enter_async_context(self._client(p))
         metrics.SPEND_CAP.labels("hour").set(self.config.cap_hour_micro / MICRO)
         metrics.SPEND_CAP.labels("day").set(self.config.cap_day_micro / MICRO)
         await self.poll_spend()  # read before any balance: a scrape never shows a provider's balance beside spend 0
@@ -194,6 +210,14 @@ class ProviderPool:
         self._tasks += [asyncio.create_task(self._every(cfg.threadsinfo_interval_seconds, self.poll_balances)),
                         asyncio.create_task(self._every(SPEND_POLL_SECONDS, self.poll_spend, first_after=True))]
         return self
+
+    def _client(self, p: ProviderConfig) -> CaptchaAI | JsonApi:
+        """The client of `p`'s protocol (API_TIME_SCALE scales its delays as CaptchaAI's)."""
+        cfg = self.cfg
+        client = JsonApi if p.protocol == "createTask" else CaptchaAI
+        return client(p.key, p.url, http_timeout_s=cfg.http_timeout_seconds,
+                      poll_timeout_s=cfg.http_poll_timeout_seconds, retry=RetryPolicy.scaled(cfg.time_scale),
+                      poll_scale=cfg.time_scale, max_connections=p.concurrency)
 
     async def __aexit__(self, *exc: object) -> None:
         for t in self._tasks:

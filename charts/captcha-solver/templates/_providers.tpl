@@ -14,8 +14,8 @@
 {{- range .Values.providers -}}
 {{- $p := dict "name" .name "protocol" .protocol "url" (trimSuffix "/" .url) "kinds" .kinds "price_per_1000" .pricePer1000
   "key_file" (printf "%s/%s/%s" $dir .name (.existingSecretKey | default "api-key"))
-  "concurrency" (int (.concurrency | default 10))
-  "refund_unsolvable" (ternary true .refundUnsolvable (kindIs "invalid" .refundUnsolvable)) -}}
+  "concurrency" (int (.concurrency | default 10)) -}}
+{{- if not (kindIs "invalid" .refundUnsolvable) -}}{{- $_ := set $p "refund_unsolvable" .refundUnsolvable -}}{{- end -}}
 {{- $list = append $list $p -}}
 {{- end -}}
 {{- dict "providers" $list "cap" (dict "hour" .Values.spendCap.hour "day" .Values.spendCap.day) | toJson -}}

@@ -85,3 +85,67 @@ def from_v1(code: str) -> JsonError:
     """The JSON API's error for a CaptchaAI (v1) code a request or a task ended with: a code without a JSON-API
     meaning (a task failure this package named, a code CaptchaAI added later) is ERROR_CAPTCHA_UNSOLVABLE."""
     return _FROM_V1.get(code, JsonError.CAPTCHA_UNSOLVABLE)
+
+
+# -- the other way: a provider's error -> this package's code (the createTask client) ---------------------------------
+#: a provider's ``errorCode`` -> the code with its meaning in :class:`~captcha_worker.codes.Code` (hence its class:
+#: fatal, capacity, transient, task). The JSON API's ERROR_ZERO_BALANCE means "no money": it is a capacity wait here,
+#: as 2captcha's in.php one is for a res.php provider (nothing was created, so nothing is charged; the balance
+#: alert says why).
+_TO_V1: Final[Mapping[str, str]] = {
+    "ERROR_KEY_DOES_NOT_EXIST": Code.ERROR_KEY_DOES_NOT_EXIST,
+    "ERROR_ACCOUNT_SUSPENDED": Code.ERROR_KEY_DOES_NOT_EXIST,
+    "ERROR_IP_NOT_ALLOWED": Code.ERROR_IP_NOT_ALLOWED,
+    "ERROR_IP_BLOCKED": Code.IP_BANNED,
+    "ERROR_IP_BANNED": Code.IP_BANNED,
+    "ERROR_NO_SLOT_AVAILABLE": Code.ERROR_NO_SLOT_AVAILABLE,
+    "ERROR_ZERO_BALANCE": Code.ERROR_ZERO_BALANCE,
+    "ERROR_TOO_MUCH_REQUESTS": Code.ERROR_TOO_MUCH_REQUESTS,
+    "ERROR_RATE_LIMIT": Code.ERROR_TOO_MUCH_REQUESTS,
+    "ERROR_SERVICE_UNAVALIABLE": Code.ERROR_SERVER_ERROR,  # CapSolver's spelling
+    "ERROR_SERVICE_UNAVAILABLE": Code.ERROR_SERVER_ERROR,
+    "ERROR_CAPTCHA_UNSOLVABLE": Code.ERROR_CAPTCHA_UNSOLVABLE,
+    "ERROR_TASK_TIMEOUT": Code.ERROR_CAPTCHA_UNSOLVABLE,  # CapSolver: not solved within 120 s
+    "ERROR_ZERO_CAPTCHA_FILESIZE": Code.ERROR_ZERO_CAPTCHA_FILESIZE,
+    "ERROR_TOO_BIG_CAPTCHA_FILESIZE": Code.ERROR_TOO_BIG_CAPTCHA_FILESIZE,
+    "ERROR_IMAGE_TYPE_NOT_SUPPORTED": Code.ERROR_IMAGE_TYPE_NOT_SUPPORTED,
+    "ERROR_PAGEURL": Code.ERROR_PAGEURL,
+    "ERROR_RECAPTCHA_INVALID_SITEKEY": Code.ERROR_GOOGLEKEY,
+    "ERROR_BAD_PARAMETERS": Code.ERROR_BAD_PARAMETERS,
+    "ERROR_INVALID_TASK_DATA": Code.ERROR_BAD_PARAMETERS,
+    "ERROR_BAD_REQUEST": Code.ERROR_BAD_PARAMETERS,
+    "ERROR_TASK_ABSENT": Code.ERROR_BAD_PARAMETERS,
+    "ERROR_TASK_NOT_SUPPORTED": Code.ERROR_BAD_PARAMETERS,
+    "ERROR_NO_SUCH_METHOD": Code.ERROR_BAD_PARAMETERS,
+    "ERROR_BAD_PROXY": Code.ERROR_BAD_PROXY,
+    "ERROR_PROXY_CONNECT_REFUSED": Code.ERROR_BAD_PROXY,
+    "ERROR_PROXY_CONNECT_TIMEOUT": Code.ERROR_BAD_PROXY,
+    "ERROR_PROXY_READ_TIMEOUT": Code.ERROR_BAD_PROXY,
+    "ERROR_PROXY_BANNED": Code.ERROR_BAD_PROXY,
+    "ERROR_PROXY_TRANSPARENT": Code.ERROR_BAD_PROXY,
+    "ERROR_PROXY_NOT_AUTHORISED": Code.ERROR_BAD_PROXY,
+    "ERROR_NO_SUCH_CAPCHA_ID": Code.ERROR_WRONG_CAPTCHA_ID,
+    "ERROR_TASKID_INVALID": Code.ERROR_WRONG_CAPTCHA_ID,  # CapSolver
+    "WRONG_CAPTCHA_ID": Code.ERROR_WRONG_CAPTCHA_ID,  # CapMonster Cloud
+}
+#: Anti-Captcha's and 2captcha's numbering, for a reply with an ``errorId`` and no ``errorCode`` (1 is every error
+#: on CapSolver and CapMonster Cloud: it names none)
+_BY_ID: Final[Mapping[int, str]] = {e.error_id: e.code for e in JsonError if e.error_id != 1}
+_CODE_SHAPE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def to_v1(error_code: object, error_id: object) -> str | None:
+    """This package's code for a provider's error reply (its ``errorCode``, else its ``errorId`` by Anti-Captcha's
+    numbering); a code-shaped ``errorCode`` not known here is kept as it is (a task failure). None: the reply names
+    no error this package can tell (no code, an ``errorId`` of 1 or one not numbered)."""
+    if isinstance(error_code, str) and error_code:
+        known = _TO_V1.get(error_code)
+        if known is not None:
+            return known
+        if len(error_code) <= 64 and set(error_code) <= _CODE_SHAPE:
+            return error_code
+        return None
+    if isinstance(error_id, int) and not isinstance(error_id, bool):
+        code = _BY_ID.get(error_id)
+        return to_v1(code, None) if code is not None else None
+    return None

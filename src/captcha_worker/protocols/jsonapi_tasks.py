@@ -9,7 +9,13 @@ given, as CaptchaAI's ``proxy``/``proxytype``, and require them where CaptchaAI 
 CaptchaFox). A field of the wrong JSON type is ERROR_BAD_PARAMETERS naming the field; a missing required field
 gets the error the workers' validation gives it (``task.make_task``: websiteURL -> ERROR_PAGEURL, a reCAPTCHA
 websiteKey -> ERROR_RECAPTCHA_INVALID_SITEKEY), mapped by ``jsonapi_errors.from_v1``. Types CaptchaAI does not
-solve (hCaptcha, FunCaptcha, ...) are ERROR_TASK_NOT_SUPPORTED saying so.
+solve (hCaptcha, FunCaptcha, ...) are ERROR_TASK_NOT_SUPPORTED saying so, unless the caller solves the foreign
+kinds (``map_task(..., foreign=True)``: the simulator's per-solve profiles, :data:`FOREIGN_TYPES`).
+
+The other way, for the ``createTask`` client (``captcha_worker.createtask``): :func:`to_task` is a queued task's
+``task`` object (Anti-Captcha's and CapMonster Cloud's type names: the ``...Proxyless`` type without a proxy, the
+flat proxy fields with one) and :func:`answer_of` reads a ``solution`` back into the answer res.php would give.
+``map_task(to_task(method, params))`` is the task again (tests/test_jsonapi.py checks every type both ways).
 """
 
 from __future__ import annotations
@@ -295,6 +301,9 @@ TASK_TYPES: Final[tuple[TaskType, ...]] = (
     *_pair("LeminTask", _lemin),
 )
 _BY_NAME: Final[Mapping[str, TaskType]] = {t.name.lower(): t for t in TASK_TYPES}
+#: the types of the kinds CaptchaAI lacks (``methods.FOREIGN_KINDS``), for a caller that solves them
+FOREIGN_TYPES: Final[tuple[TaskType, ...]] = (*_pair("HCaptchaTask", _site("hcaptcha")),)
+_FOREIGN_BY_NAME: Final[Mapping[str, TaskType]] = {t.name.lower(): t for t in FOREIGN_TYPES}
 
 #: types other services solve and CaptchaAI does not (ERROR_TASK_NOT_SUPPORTED with this text)
 NOT_SOLVED: Final[Mapping[str, str]] = {
@@ -308,12 +317,14 @@ NOT_SOLVED: Final[Mapping[str, str]] = {
 }
 
 
-def task_type(name: str) -> TaskType | None:
-    return _BY_NAME.get(name.lower())
+def task_type(name: str, *, foreign: bool = False) -> TaskType | None:
+    found = _BY_NAME.get(name.lower())
+    return found if found is not None or not foreign else _FOREIGN_BY_NAME.get(name.lower())
 
 
-def map_task(task: object) -> Mapped | Refused:
-    """The queue's method and params for a ``task`` object, or the refusal to answer."""
+def map_task(task: object, *, foreign: bool = False) -> Mapped | Refused:
+    """The queue's method and params for a ``task`` object, or the refusal to answer (`foreign`: the types of
+    :data:`FOREIGN_TYPES` are taken too)."""
     if task is None:
         return Refused(JsonError.TASK_ABSENT, JsonError.TASK_ABSENT.description)
     if not isinstance(task, dict):
@@ -321,7 +332,7 @@ def map_task(task: object) -> Mapped | Refused:
     name = task.get("type")
     if not isinstance(name, str) or not name:
         return Refused(JsonError.TASK_NOT_SUPPORTED, "task.type is missing")
-    found = task_type(name)
+    found = task_type(name, foreign=foreign)
     if found is None:
         why = NOT_SOLVED.get(name.lower())
         shown = name if len(name) <= 64 and name.isprintable() else "this type"
@@ -374,3 +385,177 @@ def _object(text: str) -> dict[str, object]:
         return {"answer": text}
     return dict(value) if isinstance(value, dict) else {"answer": text}
 
+
+
+# -- the other way: a queued task -> a task object, a solution -> the answer (the createTask client) ---------------
+def to_task(method: str, params: Mapping[str, str]) -> dict[str, object] | None:
+    """The ``task`` object of a queued task (CaptchaAI's `method` and `params`), or None for a kind no JSON-API type
+    takes (BLS). Params without a JSON-API field are left out; a proxy makes the type the one with a proxy."""
+    p = methods.canonical(method, params)
+    kind = methods.kind_of(method, p) or methods.foreign_kind(method)
+    if kind is None:
+        return None
+    build = _TO_TASK.get(kind.name)
+    if build is None:
+        return None
+    name, fields = build(p)
+    if kind.name in _NO_PROXY:
+        return {"type": name, **fields}
+    proxy = _proxy_fields(p)
+    if proxy or kind.name in _PROXY_REQUIRED:
+        return {"type": name, **fields, **proxy}
+    return {"type": f"{name}Proxyless", **fields}
+
+
+def _fields(p: Mapping[str, str], names: Mapping[str, str], *, flags: tuple[str, ...] = (),
+            numbers: tuple[str, ...] = ()) -> dict[str, object]:
+    """`names` (CaptchaAI param -> JSON field) of the params that are set; `flags` as booleans, `numbers` as
+    numbers (when they read as one)."""
+    out: dict[str, object] = {}
+    for src, dst in names.items():
+        value = p.get(src)
+        if value is None or value == "":
+            continue
+        out[dst] = methods.truthy(value) if src in flags else _num(value) if src in numbers else value
+    return out
+
+
+def _num(value: str) -> object:
+    try:
+        f = float(value)
+    except ValueError:
+        return value
+    return int(f) if f.is_integer() and math.isfinite(f) else f if math.isfinite(f) else value
+
+
+_SITE = {"pageurl": "websiteURL", "sitekey": "websiteKey", "userAgent": "userAgent"}
+_RECAPTCHA = {"pageurl": "websiteURL", "googlekey": "websiteKey", "userAgent": "userAgent", "cookies": "cookies",
+              "domain": "apiDomain"}
+_Build = Callable[[Mapping[str, str]], tuple[str, dict[str, object]]]
+
+
+def _to_image(p: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+    body = p.get("body") or p.get("file") or ""
+    if body.startswith("data:") and "," in body:
+        body = body.split(",", 1)[1]
+    names = {"phrase": "phrase", "regsense": "case", "calc": "math", "numeric": "numeric", "min_len": "minLength",
+             "max_len": "maxLength", "textinstructions": "comment"}
+    return "ImageToTextTask", {"body": body, **_fields(p, names, flags=("phrase", "regsense", "calc"),
+                                                   numbers=("numeric", "min_len", "max_len"))}
+
+
+def _to_grid(p: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+    rows, _, cols = p.get("grid_size", "3x3").partition("x")
+    out = {"body": p.get("body") or p.get("file") or "", "rows": _num(rows), "columns": _num(cols or rows)}
+    return "GridTask", {**out, **_fields(p, {"instructions": "comment", "img_instructions": "imgInstructions"})}
+
+
+def _to_recaptcha_v2(p: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+    out = _fields(p, {**_RECAPTCHA, "data-s": "recaptchaDataSValue", "invisible": "isInvisible"},
+                  flags=("invisible",))
+    return "RecaptchaV2Task", out
+
+
+def _to_recaptcha_v2_enterprise(p: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+    out = _fields(p, {**_RECAPTCHA, "invisible": "isInvisible", "action": "pageAction"}, flags=("invisible",))
+    if p.get("data-s"):
+        out["enterprisePayload"] = {"s": p["data-s"]}
+    return "RecaptchaV2EnterpriseTask", out
+
+
+def _to_recaptcha_v3(enterprise: bool) -> _Build:
+    def build(p: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+        out = _fields(p, {**_RECAPTCHA, "action": "pageAction", "min_score": "minScore"}, numbers=("min_score",))
+        return ("RecaptchaV3EnterpriseTask" if enterprise else "RecaptchaV3Task"), out
+    return build
+
+
+def _to_turnstile(p: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+    return "TurnstileTask", _fields(p, {**_SITE, "action": "action", "data": "cData", "pagedata": "chlPageData"})
+
+
+def _to_cloudflare_challenge(p: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+    return "TurnstileTask", {"cloudflareTaskType": "cf_clearance",
+                             **_fields(p, {"pageurl": "websiteURL", "userAgent": "userAgent"})}
+
+
+def _to_geetest(v4: bool) -> _Build:
+    def build(p: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+        names = {"pageurl": "websiteURL", "gt": "gt", "api_server": "geetestApiServerSubdomain",
+                 "userAgent": "userAgent"}
+        if not v4:
+            return "GeeTestTask", _fields(p, {**names, "challenge": "challenge"})
+        out = _fields(p, names)
+        return "GeeTestTask", {**out, "version": 4, "initParameters": {"captcha_id": p.get("gt", "")}}
+    return build
+
+
+def _to_site(name: str) -> _Build:
+    def build(p: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+        return name, _fields(p, _SITE)
+    return build
+
+
+def _to_lemin(p: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+    return "LeminTask", _fields(p, {"pageurl": "websiteURL", "captcha_id": "captchaId", "div_id": "divId",
+                                    "api_server": "leminApiServerSubdomain"})
+
+
+#: types without a proxy (no ``...Proxyless`` suffix), and types that always take one (CaptchaAI requires it)
+_NO_PROXY: Final = frozenset({"image", "grid"})
+_PROXY_REQUIRED: Final = frozenset({"cloudflare_challenge", "captchafox"})
+_TO_TASK: Final[Mapping[str, _Build]] = {
+    "image": _to_image,
+    "grid": _to_grid,
+    "recaptcha_v2": _to_recaptcha_v2,
+    "recaptcha_v2_enterprise": _to_recaptcha_v2_enterprise,
+    "recaptcha_v3": _to_recaptcha_v3(False),
+    "recaptcha_v3_enterprise": _to_recaptcha_v3(True),
+    "turnstile": _to_turnstile,
+    "cloudflare_challenge": _to_cloudflare_challenge,
+    "geetest": _to_geetest(False),
+    "geetest_v4": _to_geetest(True),
+    "friendly_captcha": _to_site("FriendlyCaptchaTask"),
+    "captchafox": _to_site("CaptchaFoxTask"),
+    "lemin": _to_lemin,
+    "hcaptcha": _to_site("HCaptchaTask"),
+}
+
+
+def _proxy_fields(p: Mapping[str, str]) -> dict[str, object]:
+    """The flat proxy fields of CaptchaAI's ``proxy`` (``[login:password@]address:port``) and ``proxytype``."""
+    proxy = p.get("proxy")
+    if not proxy:
+        return {}
+    creds, _, hostport = proxy.rpartition("@")
+    host, _, port = hostport.rpartition(":")
+    out: dict[str, object] = {"proxyType": (p.get("proxytype") or "HTTP").lower(),
+                              "proxyAddress": host[1:-1] if host.startswith("[") and host.endswith("]") else host,
+                              "proxyPort": int(port) if port.isdigit() else port}
+    if creds:
+        login, _, password = creds.partition(":")
+        out["proxyLogin"], out["proxyPassword"] = login, password
+    return out
+
+
+def answer_of(kind: Kind, sol: object) -> Answer | None:
+    """The answer res.php would give for a ``solution`` object of a task of `kind` (the inverse of
+    :func:`solution`); None when the object has no answer in the field names the providers use for the kind."""
+    if not isinstance(sol, dict):
+        return None
+    ua = sol.get("userAgent")
+    user_agent = ua if isinstance(ua, str) and ua else None
+    if kind.shape is AnswerShape.TEXT:
+        text = sol.get("text")
+        return Answer(str(text), user_agent) if isinstance(text, str | int) and str(text) else None
+    if kind.shape is AnswerShape.INDICES:
+        click = sol.get("click")
+        return Answer(json.dumps(click), user_agent) if isinstance(click, list) else None
+    if kind.shape is AnswerShape.GEETEST:
+        values = {k: v for k, v in sol.items() if k != "userAgent" and isinstance(v, str | int)}
+        needed = ("pass_token", "captcha_output") if kind.name == "geetest_v4" else ("validate",)
+        return Answer(json.dumps(values), user_agent) if any(n in values for n in needed) else None
+    names = ("cf_clearance", "token") if kind.name == "cloudflare_challenge" else (
+        "gRecaptchaResponse", "token") if kind.name.startswith("recaptcha") else ("token", "gRecaptchaResponse")
+    token = next((sol[n] for n in names if isinstance(sol.get(n), str) and sol[n]), None)
+    return Answer(token, user_agent) if token is not None else None

@@ -33,7 +33,7 @@ from captcha_worker.simulator.answers import ANSWER_INPUTS
 from captcha_worker.simulator.bans import BanList
 from captcha_worker.simulator.checks import ImageLimits, check_submission, pingback_url
 from captcha_worker.simulator.config import Fault, OverCap, SimConfig
-from captcha_worker.simulator.faults import FAULT_RESPONSES, TRANSPORT_FAULTS
+from captcha_worker.simulator.faults import FAULT_RESPONSES, TRANSPORT_FAULTS, reset_connection
 from captcha_worker.simulator.pingback import Pingbacks
 from captcha_worker.simulator.scheduler import Scheduler, SimTask
 from captcha_worker.simulator.stats import Counters, SimStats
@@ -228,7 +228,11 @@ class Simulator:
         now = self._clock()
         self._advance(now)
         refusal = self._gate(request.remote or "", req, now)
-        return refusal if refusal is not None else await handler(req, now)
+        return self._maybe_lost(request, refusal if refusal is not None else await handler(req, now))
+
+    def _maybe_lost(self, request: web.Request, response: web.Response) -> web.Response:
+        """The `lost` fault: the request took effect; its reply never arrives (the connection is reset)."""
+        return reset_connection(request) if self._draw(Fault.LOST) else response
 
     def _fail(self, req: ApiRequest, code: str) -> web.Response:
         """An error reply, counted by code."""
@@ -316,7 +320,7 @@ class Simulator:
         if price > self._balance_micro():
             return self._refuse(Code.ERROR_ZERO_BALANCE)
         task = self._new_task(kind, req, now, callback_json)
-        if price and not task.unsolvable:  # charged once, when accepted; UNSOLVABLE is refunded (never charged)
+        if price and (not task.unsolvable or self._config.profile.charges_unsolvable):  # charged once, when accepted
             self._spent_micro += price
             self._counters.charged_micro += price
             self._counters.charges += 1
@@ -420,7 +424,7 @@ class Simulator:
             code = self._gate_code(request.remote or "", body.client_key, now)
             if code is not None:
                 return self._json_fail(from_v1(code))
-            return self._json_method(method, body, request, now)
+            return self._maybe_lost(request, self._json_method(method, body, request, now))
 
         return route
 
@@ -450,7 +454,7 @@ class Simulator:
         return jsonapi.success()
 
     def _create_task(self, body: JsonRequest, now: float) -> web.Response:
-        mapped = map_task(body.task)
+        mapped = map_task(body.task, foreign=self._config.profile.per_solve)
         if isinstance(mapped, Refused):
             return self._json_fail(mapped.error, mapped.description)
         fields = {**mapped.params, "key": body.client_key, "method": mapped.method}

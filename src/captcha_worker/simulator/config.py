@@ -34,9 +34,10 @@ class OverCap(enum.StrEnum):
 class Profile(enum.StrEnum):
     """How the simulated account is billed (issue 27): ``captchaai`` is a thread-billed plan (threads, a balance that
     never moves); the others are pay-per-solve providers: every accepted submission that will be answered is charged
-    its kind's price from the balance at once (an UNSOLVABLE one is not: both providers refund it), a submission the
-    balance cannot pay is ERROR_ZERO_BALANCE, and the kinds CaptchaAI lacks (``methods.FOREIGN_KINDS``) are solved
-    too. ``--threads`` is then the provider's capacity for this account."""
+    its kind's price from the balance at once, a submission the balance cannot pay is ERROR_ZERO_BALANCE, and the
+    kinds CaptchaAI lacks (``methods.FOREIGN_KINDS``, also as JSON-API types) are solved too. An UNSOLVABLE one is
+    refunded by 2captcha (never charged) and charged by Anti-Captcha (docs: "5 workers failed", charged).
+    ``--threads`` is then the provider's capacity for this account."""
 
     CAPTCHAAI = "captchaai"
     TWOCAPTCHA = "2captcha"
@@ -45,6 +46,11 @@ class Profile(enum.StrEnum):
     @property
     def per_solve(self) -> bool:
         return self is not Profile.CAPTCHAAI
+
+    @property
+    def charges_unsolvable(self) -> bool:
+        """An ERROR_CAPTCHA_UNSOLVABLE solve is charged (Anti-Captcha's meaning; 2captcha refunds it)."""
+        return self is Profile.ANTICAPTCHA
 
 
 #: each per-solve profile's price per 1,000 solves of any kind, in micro-units per solve (1450 = 1.45 per 1,000)
@@ -61,6 +67,7 @@ class Fault(enum.StrEnum):
     SLOW = "slow"  # the response is delayed by SimConfig.slow_seconds
     UNSOLVABLE = "unsolvable"  # per accepted task: it ends with ERROR_CAPTCHA_UNSOLVABLE (thread freed)
     SERVER_ERROR = "server_error"  # in.php answers ERROR_SERVER_ERROR (after validating the request)
+    LOST = "lost"  # the request takes effect, then the connection is reset instead of the reply (a lost reply)
 
 
 _TRANSPORT_FAULTS: Final = (Fault.RESET, Fault.HTML502, Fault.NONJSON)
@@ -74,7 +81,8 @@ def check_rate(name: str, rate: float) -> None:
 @dataclass(frozen=True)
 class Faults:
     """Fault rates, each 0..1. Transport faults (reset, html502, nonjson, slow) are drawn per in.php/res.php
-    request and happen before the request has any effect; ``unsolvable`` is drawn per accepted task."""
+    request and happen before the request has any effect; ``lost`` is drawn per request too, after it took effect
+    (a created task stays created, and charged); ``unsolvable`` is drawn per accepted task."""
 
     html502: float = 0.0
     nonjson: float = 0.0
@@ -82,6 +90,7 @@ class Faults:
     slow: float = 0.0
     unsolvable: float = 0.0
     server_error: float = 0.0
+    lost: float = 0.0
 
     def __post_init__(self) -> None:
         for fault in Fault:
