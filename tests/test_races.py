@@ -337,10 +337,11 @@ async def test_a_durable_push_is_never_confirmed_by_a_wait_on_another_connection
     the write cannot be satisfied), and the connection of the push drops right after the EVALSHA's reply."""
     topo = redis_cluster
     client = RedisCluster.from_url(topo.url, decode_responses=True, require_full_coverage=False)
-    q = RedisQueue(client, "race", wait_replicas=1, wait_timeout_ms=300)
+    q = RedisQueue(client, "race", wait_replicas=1, wait_timeout_ms=300)  # the push no replica can confirm
+    confirmed = RedisQueue(client, "race", wait_replicas=1, wait_timeout_ms=2000)  # pushes that must be confirmed
     master = topo.node(topo.slot_master(q.keys.pending))
     replicas = [s.proc for s in replica_servers(master, topo.node) if s.proc is not None]
-    await q.push([("warm", '{"id":"warm"}')], ttl=100)  # scripts loaded, slot map known
+    await confirmed.push([("warm", '{"id":"warm"}')], ttl=100)  # scripts loaded, slot map known
     seen = drop_after_the_write(monkeypatch, master.port)
     for p in replicas:
         p.send_signal(signal.SIGSTOP)
@@ -353,7 +354,7 @@ async def test_a_durable_push_is_never_confirmed_by_a_wait_on_another_connection
         monkeypatch.undo()
     assert seen[:2] == ["batch sent", "connection lost after the write's reply"], seen
     assert not any(s.startswith("WAIT sent") for s in seen), f"a WAIT was sent apart from its write: {seen}"
-    assert await q.push([("t1", '{"id":"t1"}')], ttl=100) == 0, "the batch is run again: a no-op, confirmed"
+    assert await confirmed.push([("t1", '{"id":"t1"}')], ttl=100) == 0, "the batch is run again: a no-op, confirmed"
     replica = Redis(port=replica_servers(master, topo.node)[0].port, decode_responses=True)
     await replica.execute_command("READONLY")  # a cluster replica answers reads of its master's slots
     assert await replica.hget(q.keys.task("t1"), "body") == '{"id":"t1"}'
