@@ -19,6 +19,7 @@ from captcha_worker.captchaai import (
     CaptchaAI,
     ErrorClass,
     FatalApiError,
+    MaybeCharged,
     Resume,
     RetryPolicy,
     SolveStats,
@@ -157,6 +158,37 @@ async def test_connection_errors_and_timeouts_are_transient(api: CaptchaAI, mock
     with pytest.raises(TransientError) as info:
         await api.submit("turnstile", {"sitekey": "s", "pageurl": "p"})
     assert KEY not in str(info.value) and KEY not in repr(info.value.__cause__)
+
+
+@pytest.mark.parametrize("reply", [
+    {"exception": TimeoutError()},
+    {"exception": aiohttp.ServerDisconnectedError()},
+    {"status": 502, "body": "<html>bad gateway</html>"},
+    {"body": "<html>oops</html>"},
+])
+async def test_a_paid_in_php_that_may_have_been_charged_is_never_resent(mock: aioresponses,
+                                                                       reply: dict[str, object]) -> None:
+    """A per-solve provider's client (paid=True, overflow's res.php providers): an in.php whose request went out
+    without a readable reply may have created a paid task, so it is MaybeCharged at once, one in.php only (the
+    plan's client retries it: a second submission costs nothing there)."""
+    async with CaptchaAI(Secret(KEY), BASE, retry=FAST, poll_scale=1000, paid=True) as paid:
+        mock.post(IN, **reply)
+        mock.post(IN, payload={"status": 1, "request": "7"})
+        with pytest.raises(MaybeCharged) as err:
+            await paid.submit("turnstile", {"sitekey": "s", "pageurl": "p"})
+    assert sum(len(c) for (m, u), c in mock.requests.items() if "in.php" in str(u)) == 1
+    assert isinstance(err.value, TransientError) and KEY not in str(err.value)
+
+
+async def test_a_paid_in_php_refused_or_never_sent_is_retried(mock: aioresponses) -> None:
+    conn_key = aiohttp.client_reqrep.ConnectionKey("api.test", 80, False, True, None, None, None)
+    async with CaptchaAI(Secret(KEY), BASE, retry=FAST, poll_scale=1000, paid=True) as paid:
+        mock.post(IN, exception=aiohttp.ClientConnectorError(conn_key, OSError(111, "refused")))
+        mock.post(IN, payload={"status": 0, "request": "ERROR_SERVER_ERROR"})
+        mock.post(IN, payload={"status": 1, "request": "7"})
+        stats = SolveStats()
+        assert await paid.submit("turnstile", {"sitekey": "s", "pageurl": "p"}, stats) == "7"
+    assert stats.api_calls == 3
 
 
 async def test_capacity_errors_retry_the_same_task_not_fail_it(api: CaptchaAI, mock: aioresponses) -> None:

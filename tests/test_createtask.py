@@ -18,6 +18,7 @@ from captcha_worker import methods
 from captcha_worker.captchaai import (
     CapacityError,
     FatalApiError,
+    MaybeCharged,
     RetryPolicy,
     SolveStats,
     SolveTimeout,
@@ -26,7 +27,7 @@ from captcha_worker.captchaai import (
 )
 from captcha_worker.codes import Code
 from captcha_worker.config import Secret
-from captcha_worker.createtask import MAX_POLLS, JsonApi, MaybeCharged, parse_json_reply
+from captcha_worker.createtask import MAX_POLLS, JsonApi, parse_json_reply
 from captcha_worker.protocols.jsonapi_errors import to_v1
 
 BASE = "http://provider.test"

@@ -19,10 +19,10 @@ from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
 from captcha_worker import log, methods
-from captcha_worker.captchaai import ApiError, CaptchaAI, RetryPolicy, TaskFailed
+from captcha_worker.captchaai import ApiError, CaptchaAI, MaybeCharged, RetryPolicy, TaskFailed
 from captcha_worker.codes import Code
 from captcha_worker.config import ProvidersConfig, providers_from_env
-from captcha_worker.createtask import JsonApi, MaybeCharged
+from captcha_worker.createtask import JsonApi
 from captcha_worker.overflow import OverCap, Overflow, key_watchers, ledger_label, parse_label
 from captcha_worker.spend import Spend
 from tests.helpers import run_cli, secret_volume
@@ -111,6 +111,29 @@ async def test_unsolvable_rounds_refunded_or_charged(overflow_of: Any, sim: SimP
     assert (st.reserved, st.hour, st.totals) == (0, charged, {LABEL: charged})
     recs = [await Spend(redis, "captcha").record(f"twocaptcha:u1:{i}") for i in (0, 1)]
     assert all(r is not None and r.startswith(f"S|1450|{charged // 2}|") for r in recs), recs
+
+
+async def test_a_res_php_submission_whose_reply_was_lost_is_counted_spent(redis: Redis, sim: SimProc) -> None:
+    """The simulator process accepts in.php, then resets the connection instead of replying (`lost`): the paid
+    client (as ProviderPool opens it) sends it once, MaybeCharged, the reservation settled at the price, so the
+    ledger is the one submission the provider took. (The plan's retrying client would have sent it 6 times, each
+    a submission, and settled 0.)"""
+    sim.configure(faults={"unsolvable": 0.0, "lost": 1.0})
+    sim.reset()
+    try:
+        async with CaptchaAI(providers(sim).providers[0].key, sim.url, poll_scale=SPEED,
+                             retry=RetryPolicy.scaled(SPEED), paid=True) as api:
+            ov = Overflow(Spend(redis, "captcha"), providers(sim), {"twocaptcha": api})
+            p = ov.provider_for("turnstile")
+            assert p is not None
+            with pytest.raises(MaybeCharged):
+                await ov.solve("l1", p, TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 60)
+    finally:
+        sim.configure(faults={"lost": 0.0})
+    st = await Spend(redis, "captcha").state()
+    ps = sim.stats()
+    assert (ps["calls"]["in.php"], ps["submitted"], ps["faults"]["lost"]) == (1, 1, 1)
+    assert (st.reserved, st.totals) == (0, {LABEL: 1450 * ps["submitted"]})
 
 
 async def test_an_id_left_by_an_earlier_owner_is_not_reused(overflow_of: Any, sim: SimProc, redis: Redis) -> None:

@@ -61,14 +61,16 @@ if TYPE_CHECKING:
     from captcha_worker.pingback import Hub, Ticket
 
 _FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
+#: outcomes that are no reply of the server's: the request may have had an effect
+_NO_REPLY = frozenset({Code.HTTP_5XX, Code.HTTP_4XX, Code.NON_JSON})
 
 
 class ApiError(Exception):
     """An API failure. ``str()`` is safe to log and to show users."""
 
-    #: the server answered with an error of its own: the request was refused, nothing was created (createtask.py
-    #: reads it: a createTask failure that is not a refusal may have created a paid task)
-    refused: bool = False
+    #: the request certainly had no effect at the server: it answered with an error of its own, or the connection
+    #: was never opened. A paid submission that failed otherwise may have created (and charged) a task: MaybeCharged
+    no_effect: bool = False
 
     def __init__(self, code: str, endpoint: str, detail: str = "") -> None:
         self.code = code
@@ -91,6 +93,24 @@ class TransientError(ApiError):
 
 class TaskFailed(ApiError):
     pass
+
+
+class MaybeCharged(TransientError):
+    """A paid submission (a provider's in.php or createTask) went out and its reply was lost or unreadable: the
+    provider may have created, and charged, the task. Never retried by the client; overflow settles it spent."""
+
+
+def no_effect(exc: ApiError) -> ApiError:
+    """`exc`, marked as a request that certainly had no effect at the server."""
+    exc.no_effect = True
+    return exc
+
+
+def maybe_charged(exc: ApiError, detail: str = "the reply was lost: the task may have been created") -> ApiError:
+    """A paid submission's failure: MaybeCharged unless it is not transient or certainly had no effect."""
+    if isinstance(exc, TransientError) and not exc.no_effect:
+        return MaybeCharged(exc.code, exc.endpoint, detail)
+    return exc
 
 
 _BY_CLASS: dict[ErrorClass, type[ApiError]] = {
@@ -228,8 +248,12 @@ class CaptchaAI:
 
     def __init__(self, key: Secret, base_url: str = "https://ocr.captchaai.com", *,
                  http_timeout_s: float = 30.0, poll_timeout_s: float = 5.0, retry: RetryPolicy | None = None,
-                 poll_scale: float = 1.0, max_connections: int = 100, pingback: Hub | None = None) -> None:
+                 poll_scale: float = 1.0, max_connections: int = 100, pingback: Hub | None = None,
+                 paid: bool = False) -> None:
         self._key = key
+        #: a per-solve provider's client (overflow): an in.php that may have created a task is never resent
+        #: (MaybeCharged), only one that certainly had no effect
+        self.paid = paid
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.poll_scale = poll_scale
@@ -283,10 +307,15 @@ class CaptchaAI:
                 return reply
         except ApiError as exc:
             code = exc.code
+            if code not in _NO_REPLY:  # the server's own error (or HTTP 429): refused, nothing done
+                no_effect(exc)
             raise
         except TimeoutError:
             code = Code.TIMEOUT
             raise api_error(code, endpoint) from None
+        except aiohttp.ClientConnectorError as exc:  # never connected: nothing was sent
+            code = Code.CONNECTION_ERROR
+            raise no_effect(api_error(code, endpoint, type(exc).__name__)) from None
         except (aiohttp.ClientError, OSError) as exc:
             # aiohttp errors can print the URL and request info: never chain them into our message
             code = Code.CONNECTION_ERROR
@@ -307,9 +336,12 @@ class CaptchaAI:
         by 0-100 %, no pause longer than `transient_max_s`) is built only once a try has failed.
         """
         r = self.retry
+        paid = self.paid and endpoint == "in"
         try:
             return await self._attempt(path, endpoint, fields, file, stats)
-        except TransientError:
+        except TransientError as exc:
+            if paid and not exc.no_effect:
+                raise maybe_charged(exc) from None
             if r.transient_attempts <= 1 or not retry:
                 raise
         backoff = Backoff(r.transient_initial_s, r.transient_max_s, limit=r.transient_max_s)
@@ -318,7 +350,9 @@ class CaptchaAI:
             await backoff.sleep()
             try:
                 return await self._attempt(path, endpoint, fields, file, stats)
-            except TransientError:
+            except TransientError as exc:
+                if paid and not exc.no_effect:
+                    raise maybe_charged(exc) from None
                 if attempt == r.transient_attempts:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover

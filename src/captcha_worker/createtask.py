@@ -52,6 +52,7 @@ from captcha_worker.captchaai import (
     CAPTCHA_ID_RE,
     ApiError,
     CapacityError,
+    MaybeCharged,
     OnSubmit,
     RetryPolicy,
     Sleep,
@@ -61,6 +62,8 @@ from captcha_worker.captchaai import (
     TaskFailed,
     TransientError,
     api_error,
+    maybe_charged,
+    no_effect,
 )
 from captcha_worker.codes import Code
 from captcha_worker.config import Secret
@@ -79,10 +82,6 @@ ENDPOINTS: Final[Mapping[str, str]] = {"createTask": "create_task", "getTaskResu
                                        "getBalance": "get_balance"}
 _NOT_READY: Final = frozenset({"CAPTCHA_NOT_READY", "ERROR_CAPTCHA_NOT_READY"})  # CapMonster Cloud's spelling
 _HEADERS: Final = {"Content-Type": "application/json", "User-Agent": "captcha-solver/1"}
-
-
-class MaybeCharged(TransientError):
-    """createTask went out and its reply was lost or unreadable: the provider may have created (and charged) it."""
 
 
 class JsonApi:
@@ -143,7 +142,7 @@ class JsonApi:
             raise self._maybe(method, api_error(code, endpoint)) from None
         except aiohttp.ClientConnectorError as exc:  # never connected: nothing was sent
             code = Code.CONNECTION_ERROR.value
-            raise api_error(code, endpoint, type(exc).__name__) from None
+            raise no_effect(api_error(code, endpoint, type(exc).__name__)) from None
         except (aiohttp.ClientError, OSError) as exc:  # aiohttp's messages may print the URL: never chained
             code = Code.CONNECTION_ERROR.value
             raise self._maybe(method, api_error(code, endpoint, type(exc).__name__)) from None
@@ -153,11 +152,9 @@ class JsonApi:
 
     @staticmethod
     def _maybe(method: str, exc: ApiError) -> ApiError:
-        """A createTask failure that is no refusal of the provider's (a transient one: the request went out and the
-        reply was lost or unreadable) as MaybeCharged; anything else as it is."""
-        if method == "createTask" and isinstance(exc, TransientError) and not exc.refused:
-            return MaybeCharged(exc.code, exc.endpoint, "the reply was lost: the task may have been created")
-        return exc
+        """A createTask failure that may have had an effect (a transient one: the request went out and the reply
+        was lost or unreadable) as MaybeCharged; anything else as it is."""
+        return maybe_charged(exc) if method == "createTask" else exc
 
     async def _call(self, method: str, fields: Mapping[str, object]) -> dict[str, Any]:
         """getBalance: transient failures retried with backoff, bounded (it changes nothing at the provider)."""
@@ -310,18 +307,18 @@ class JsonApi:
 
 def parse_json_reply(status: int, body: bytes, endpoint: str) -> dict[str, Any]:
     """One reply as its JSON object when ``errorId`` is 0 (a processing getTaskResult included), else the
-    classified ApiError (``.refused``: the provider answered with an error of its own, nothing was created)."""
+    classified ApiError (``.no_effect``: the provider answered with an error of its own, nothing was created)."""
     data = _object(body)
     if data is not None and data.get("errorCode") in _NOT_READY:  # CapMonster Cloud's "still solving"
         return {"errorId": 0, "status": "processing"}
     if data is not None and "errorId" in data and data.get("errorId") not in (0, "0"):
         raise _refusal(data, endpoint, status)
     if status == 429:
-        raise _refused(api_error(Code.HTTP_429, endpoint))
+        raise no_effect(api_error(Code.HTTP_429, endpoint))
     if status >= 500:
         raise api_error(Code.HTTP_5XX, endpoint, f"HTTP {status}")
     if status in (401, 403):  # CapSolver: 401 for a bad key
-        raise _refused(api_error(Code.ERROR_KEY_DOES_NOT_EXIST, endpoint, f"HTTP {status}"))
+        raise no_effect(api_error(Code.ERROR_KEY_DOES_NOT_EXIST, endpoint, f"HTTP {status}"))
     if status != 200:
         raise api_error(Code.HTTP_4XX, endpoint, f"HTTP {status}")
     if data is None:
@@ -343,13 +340,8 @@ def _refusal(data: Mapping[str, Any], endpoint: str, status: int) -> ApiError:
     """The error of a reply with a non-zero errorId; one naming no error this package can tell is NON_JSON."""
     code = to_v1(data.get("errorCode"), data.get("errorId"))
     if code is None:
-        return _refused(api_error(Code.NON_JSON, endpoint, f"HTTP {status}, an errorId without a known errorCode"))
-    return _refused(api_error(code, endpoint))
-
-
-def _refused(exc: ApiError) -> ApiError:
-    exc.refused = True
-    return exc
+        return no_effect(api_error(Code.NON_JSON, endpoint, f"HTTP {status}, an errorId without a known errorCode"))
+    return no_effect(api_error(code, endpoint))
 
 
 def _answer(data: Mapping[str, Any], kind: methods.Kind) -> Answer | None:

@@ -12,9 +12,16 @@ outcome                                        settled at
 =============================================  ===========================================================
 an answer                                      the price
 ERROR_CAPTCHA_UNSOLVABLE                       0 when the provider refunds it (``refund_unsolvable``), else the price
-any other error before in.php gave an id       0 (nothing was submitted, nothing charged)
-any other error after in.php gave an id        left to expire: charged at the price (the provider may have)
+a lost submission reply (``MaybeCharged``)     the price: the provider may have created and charged it
+any other error before an id (in.php's,        0 (nothing was submitted, nothing charged)
+createTask's taskId)
+any other error after an id                    left to expire: charged at the price (the provider may have)
 =============================================  ===========================================================
+
+``refund_unsolvable`` defaults by protocol (config.py): true for ``res.php`` (2captcha refunds UNSOLVABLE), false
+for ``createTask`` (Anti-Captcha charges it; CapSolver and CapMonster Cloud do not say: counted as spent). A
+submission whose request went out without a readable reply (a timeout, a reset, HTTP 5xx, a body that is not the
+protocol) is never resent by the client (``CaptchaAI(paid=True)``, ``JsonApi``): ``MaybeCharged``.
 
 A reservation the cap refuses raises :class:`OverCap` before anything is sent to the provider. The worker's job
 (``job.JobRunner._solve_paid``) routes tasks here (docs/operations.md "Cost and overflow"). A provider whose key is
@@ -35,11 +42,20 @@ from typing import Protocol
 from redis.exceptions import RedisError
 
 from captcha_worker import log, methods, metrics
-from captcha_worker.captchaai import ApiError, CaptchaAI, OnSubmit, RetryPolicy, Solution, SolveStats, TaskFailed
+from captcha_worker.captchaai import (
+    ApiError,
+    CaptchaAI,
+    MaybeCharged,
+    OnSubmit,
+    RetryPolicy,
+    Solution,
+    SolveStats,
+    TaskFailed,
+)
 from captcha_worker.codes import Code
 from captcha_worker.config import ProviderConfig, ProvidersConfig, Secret, WorkerConfig, read_provider_key_file
 from captcha_worker.connection import Client
-from captcha_worker.createtask import JsonApi, MaybeCharged
+from captcha_worker.createtask import JsonApi
 from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
 from captcha_worker.spend import MICRO, Cap, Reservation, Spend
@@ -212,12 +228,17 @@ class ProviderPool:
         return self
 
     def _client(self, p: ProviderConfig) -> CaptchaAI | JsonApi:
-        """The client of `p`'s protocol (API_TIME_SCALE scales its delays as CaptchaAI's)."""
+        """The client of `p`'s protocol (API_TIME_SCALE scales its delays as CaptchaAI's); a res.php one is the
+        CaptchaAI client in its paid mode (an in.php that may have been charged is never resent)."""
         cfg = self.cfg
-        client = JsonApi if p.protocol == "createTask" else CaptchaAI
-        return client(p.key, p.url, http_timeout_s=cfg.http_timeout_seconds,
-                      poll_timeout_s=cfg.http_poll_timeout_seconds, retry=RetryPolicy.scaled(cfg.time_scale),
-                      poll_scale=cfg.time_scale, max_connections=p.concurrency)
+        retry, scale = RetryPolicy.scaled(cfg.time_scale), cfg.time_scale
+        if p.protocol == "createTask":
+            return JsonApi(p.key, p.url, http_timeout_s=cfg.http_timeout_seconds,
+                           poll_timeout_s=cfg.http_poll_timeout_seconds, retry=retry, poll_scale=scale,
+                           max_connections=p.concurrency)
+        return CaptchaAI(p.key, p.url, http_timeout_s=cfg.http_timeout_seconds,
+                         poll_timeout_s=cfg.http_poll_timeout_seconds, retry=retry, poll_scale=scale,
+                         max_connections=p.concurrency, paid=True)
 
     async def __aexit__(self, *exc: object) -> None:
         for t in self._tasks:
