@@ -65,6 +65,11 @@ class Measured:
     measured_service_scv: float
     replayed_mean_wait_s: float  # an ideal FIFO queue of T servers fed with the run's arrivals and holding times
     replayed_p95_wait_s: float
+    #: the mean submission-to-claim time of the tasks after the warm-up that found a thread free in that ideal queue:
+    #: what a claim itself costs in this run (the producer's push, the worker's wake-up and CLAIM, scheduling)
+    claim_latency_s: float
+    replayed_with_claims_mean_wait_s: float  # the same queue, each claim taking claim_latency_s, its thread idle
+    replayed_with_claims_p95_wait_s: float
     band_p95_wait_s: dict[str, float]  # quantiles of the p95 over windows of this length in the model's own queue
     wall_s: float
 
@@ -136,12 +141,13 @@ async def _drive(case: Case, rec: dict[str, Any], speed: float, duration_s: floa
     return sorted(tasks, key=lambda x: x.submitted), len(ids)
 
 
-def fifo_waits(arrivals: list[float], holds: list[float], servers: int) -> list[float]:
-    """The waits of an ideal FIFO queue with `servers` servers for these arrival times (sorted) and holding times."""
+def fifo_waits(arrivals: list[float], holds: list[float], servers: int, claim_s: float = 0.0) -> list[float]:
+    """The waits of an ideal FIFO queue with `servers` servers for these arrival times (sorted) and holding times;
+    `claim_s`: each task is taken `claim_s` after it could be (its server idle meanwhile), as a claim takes time."""
     free = [0.0] * servers
     waits = []
     for at, hold in zip(arrivals, holds, strict=True):
-        start = max(at, heapq.heappop(free))
+        start = max(at, heapq.heappop(free)) + claim_s
         heapq.heappush(free, start + hold)
         waits.append(start - at)
     return waits
@@ -188,8 +194,12 @@ def measure(case: Case, *, speed: float, duration_s: float, warmup_s: float, see
     s_mean = sum(holds) / len(holds)
     s_var = sum((x - s_mean) ** 2 for x in holds) / len(holds)
     threads = rec["releases"][0]["threads"]
-    replay = fifo_waits([t.submitted for t in tasks], [t.finished - t.claimed for t in tasks], threads)
+    arrived, held = [t.submitted for t in tasks], [t.finished - t.claimed for t in tasks]
+    replay = fifo_waits(arrived, held, threads)
     replayed = [w for t, w in zip(tasks, replay, strict=True) if t.counted]
+    free = [t.claimed - t.submitted for t, w in zip(tasks, replay, strict=True) if t.counted and w == 0]
+    claim_s = sum(free) / len(free) if free else 0.0
+    with_claims = [w for t, w in zip(tasks, fifo_waits(arrived, held, threads, claim_s), strict=True) if t.counted]
     band = model_windows(parse_mix(case.mix), parse_rate(case.rate), threads, duration_s=duration_s * speed,
                          warmup_s=warmup_s * speed, reps=band_reps)
     return Measured(case=asdict(case), speed=speed, duration_s=duration_s, warmup_s=warmup_s,
@@ -201,6 +211,8 @@ def measure(case: Case, *, speed: float, duration_s: float, warmup_s: float, see
                     measured_p_wait=sum(w > 0.05 * speed for w in waits) / len(waits),
                     measured_service_mean_s=s_mean, measured_service_scv=s_var / s_mean**2,
                     replayed_mean_wait_s=sum(replayed) / len(replayed), replayed_p95_wait_s=percentile(replayed, 95),
+                    claim_latency_s=claim_s, replayed_with_claims_mean_wait_s=sum(with_claims) / len(with_claims),
+                    replayed_with_claims_p95_wait_s=percentile(with_claims, 95),
                     band_p95_wait_s={f"q{q:g}": percentile(band, q) for q in (0.5, 1, 5, 50, 95, 99, 99.5)},
                     wall_s=time.monotonic() - started)
 

