@@ -7,7 +7,8 @@ test's own, worker processes, the simulator as CaptchaAI (thread-billed) and a s
 * A burst of 3x the plan while CaptchaAI is out, under a cap with room for a third of it, 3 workers SIGKILLed
   mid-burst: the spend (this hour's window, charged + reserved) is never above the cap at any 100 ms sample; every
   task is answered once; the ledger is the provider's charge plus at most the killed workers' expired
-  reservations that never reached it.
+  reservations that never reached it. Once with a ``res.php`` provider (``--profile 2captcha``), once with a
+  ``createTask`` one (``--profile anticaptcha``, its JSON API).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from captcha_worker.queue import RedisQueue
@@ -36,9 +38,15 @@ PRICE = 1450  # micro per Turnstile solve at the provider (1.45 per 1,000)
 FAST_HTTP = {"HTTP_TIMEOUT_SECONDS": "2", "HTTP_POLL_TIMEOUT_SECONDS": "1"}
 
 
-def providers(sim: SimProc, *, hour: float, concurrency: int = 20) -> str:
-    return json.dumps({"providers": [{"name": "twocaptcha", "protocol": "res.php", "url": sim.url, "key": PKEY,
-                                      "kinds": ["turnstile"], "price_per_1000": {"turnstile": 1.45},
+#: the burst's rows (docs/reliability.md): at the res.php provider, at the createTask one
+ROWS = ("burst-3x-under-cap-kills", "burst-3x-under-cap-kills-createtask")
+#: protocol -> (provider name, the simulator's profile)
+PROVIDERS = {"res.php": ("twocaptcha", "2captcha"), "createTask": ("anticaptcha", "anticaptcha")}
+
+
+def providers(sim: SimProc, *, hour: float, concurrency: int = 20, protocol: str = "res.php") -> str:
+    return json.dumps({"providers": [{"name": PROVIDERS[protocol][0], "protocol": protocol, "url": sim.url,
+                                      "key": PKEY, "kinds": ["turnstile"], "price_per_1000": {"turnstile": 1.45},
                                       "concurrency": concurrency}],
                        "cap": {"hour": hour, "day": 100.0}})
 
@@ -118,8 +126,10 @@ async def test_captchaai_stopped_30s_tasks_flow_to_the_provider_and_back(
     assert st.reserved == 0
 
 
+@pytest.mark.parametrize("protocol", ["res.php", "createTask"])
 async def test_a_burst_under_the_cap_with_workers_killed_never_spends_past_it(
-        rs: RedisServer, admin: Redis, tmp_path: Path) -> None:
+        rs: RedisServer, admin: Redis, tmp_path: Path, protocol: str) -> None:
+    name, profile = PROVIDERS[protocol]
     (tmp_path / "plan").mkdir()
     (tmp_path / "paid").mkdir()
     q = RedisQueue(admin, "captcha")
@@ -130,10 +140,12 @@ async def test_a_burst_under_the_cap_with_workers_killed_never_spends_past_it(
     # CaptchaAI refuses the workers' key (ERROR_KEY_DOES_NOT_EXIST: "no plan"): FATAL, the breaker open at once
     with simulator(tmp_path / "plan", "--threads", str(plan_threads), "--speed", SPEED, "--seed", "33",
                    "--keys", OTHER_KEY, "--ban-after", "0") as plan, \
-            simulator(tmp_path / "paid", "--profile", "2captcha", "--threads", "200", "--speed", SPEED,
-                      "--seed", "34", "--balance", "100", "--latency", "turnstile=40:0") as paid:
+            simulator(tmp_path / "paid", "--profile", profile, "--threads", "200", "--speed", SPEED,
+                      "--seed", "34", "--balance", "100", "--latency", "turnstile=40:0",
+                      "--price", "turnstile=1.45") as paid:
         env = worker_env(rs.url, plan.url, LEASE_SECONDS="3", CAPTCHAAI_THREADS=str(plan_threads),
-                         PROVIDERS=providers(paid, hour=cap_micro / 1_000_000, concurrency=4), **FAST_HTTP)
+                         PROVIDERS=providers(paid, hour=cap_micro / 1_000_000, concurrency=4, protocol=protocol),
+                         **FAST_HTTP)
         with workers(5, env, tmp_path) as procs:
             samples: list[int] = []
             sampling = True
@@ -171,9 +183,9 @@ async def test_a_burst_under_the_cap_with_workers_killed_never_spends_past_it(
     st = await spend.state()
     solved = [r for r in got.values() if r.status is Status.SOLVED]
     expired = [r for r in got.values() if r.status is Status.EXPIRED]
-    ledger = st.totals.get("twocaptcha|turnstile", 0)
+    ledger = st.totals.get(f"{name}|turnstile", 0)
     expired_reservations = await _expired_records(admin)
-    Row("burst-3x-under-cap-kills", burst, len(solved), len(got) - len(solved) - len(expired), burst - len(got),
+    Row(ROWS[protocol == "createTask"], burst, len(solved), len(got) - len(solved) - len(expired), burst - len(got),
         sum(1 for c in counts.values() if c > 1), ps["max_in_flight"], plan_threads,
         {"cap_micro": cap_micro, "max_sample_micro": max(samples), "samples": len(samples),
          "expired_answers": len(expired), "ledger_micro": ledger, "provider_charged_micro": ps["charged_micro"],
