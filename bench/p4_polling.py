@@ -32,7 +32,9 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -52,6 +54,7 @@ from captcha_worker.client import CaptchaQueue, Solved
 from captcha_worker.localredis import free_port
 from captcha_worker.polling import LatencyModel, PollSchedule
 from captcha_worker.simulator import SimConfig
+from tests.helpers import PINGBACK_LISTENING, wait_listening
 
 KINDS = ("turnstile", "recaptcha_v2", "image")
 SEED_INTERVAL_S = 5.0
@@ -369,10 +372,31 @@ def _seed_batch(url: str, name: str, n: int, timeout: float) -> list[dict[str, f
 SYSTEMS = ("ours", "pingback", "seed")
 
 
-def _pingback_env() -> dict[str, str]:
-    """Pingback mode (PINGBACK_URL): the worker's own receiver on a free port, which the simulator calls."""
-    port = str(free_port())
-    return {"PINGBACK_URL": f"http://127.0.0.1:{port}", "PINGBACK_PORT": port, "PINGBACK_HOST": "127.0.0.1"}
+def _start_worker(env: dict[str, str], pingback: bool, logdir: Path) -> subprocess.Popen[bytes]:
+    """`captcha-worker run`; with `pingback`, its own receiver is the PINGBACK_URL the simulator calls, with no
+    relay in the measured path. The URL must be known before the worker starts, so its port is a guess
+    (free_port), checked: the worker prints the port its receiver bound (or exits when it cannot bind it: another
+    process took it first), and a start that did not bind the guessed port is started again on another."""
+    for attempt in range(5):
+        extra: dict[str, str] = {}
+        if pingback:
+            port = str(free_port())
+            extra = {"PINGBACK_URL": f"http://127.0.0.1:{port}", "PINGBACK_PORT": port, "PINGBACK_HOST": "127.0.0.1"}
+        path = logdir / f"worker.{attempt}.log"
+        with open(path, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], env={**env, **extra},
+                                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        if not pingback:
+            return proc
+        try:
+            bound = wait_listening(proc, path, "worker", pattern=PINGBACK_LISTENING)["port"].decode()
+        except RuntimeError:  # it exited: the guessed port was taken
+            stop_process(proc)
+            continue
+        if bound == extra["PINGBACK_PORT"]:
+            return proc
+        stop_process(proc)
+    raise RuntimeError("P4: the worker's pingback receiver could not bind a free port in 5 tries")
 
 
 def real_run(*, speed: float, n: int, reps: int, systems: tuple[str, ...] = SYSTEMS) -> dict[str, Any]:
@@ -381,17 +405,16 @@ def real_run(*, speed: float, n: int, reps: int, systems: tuple[str, ...] = SYST
     lat_args = [a for name in KINDS for a in ("--latency", f"{name}={_latency(name)}")]
     acc: dict[str, dict[str, dict[str, list[float]]]] = {
         name: {s: {"calls": [], "added_mean_s": [], "sim_calls": []} for s in systems} for name in KINDS}
-    with RedisServer() as rs, SimulatorProcess(["--threads", "100000", "--speed", str(speed), *lat_args]) as sim:
+    with RedisServer() as rs, SimulatorProcess(["--threads", "100000", "--speed", str(speed), *lat_args]) as sim, \
+            tempfile.TemporaryDirectory(prefix="bench-p4-") as logdir:
         r = rs.client()
         for rep in range(reps):
             for system in systems:
                 r.flushall()
                 if system in ("ours", "pingback"):
                     env = _worker_env(rs.url, concurrency=n, threads=n, api_url=sim.url, API_TIME_SCALE=str(speed),
-                                      THREADSINFO_INTERVAL_SECONDS="3600",
-                                      **(_pingback_env() if system == "pingback" else {}))
-                    proc = subprocess.Popen([sys.executable, "-m", "captcha_worker.cli", "run"], env=env, cwd=ROOT,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                      THREADSINFO_INTERVAL_SECONDS="3600")
+                    proc = _start_worker(env, system == "pingback", Path(logdir))
                     wait_for_workers(r, 1, procs=[proc])
                 else:
                     proc = subprocess.Popen([sys.executable, "-m", "bench.seed_baseline", "worker", "--redis-url",

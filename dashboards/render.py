@@ -39,12 +39,13 @@ from matplotlib.ticker import FuncFormatter
 
 from captcha_worker import demo, prom
 from captcha_worker.client import CaptchaQueue
-from captcha_worker.localredis import free_port, port_open
 from captcha_worker.queue import as_awaitable
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "charts" / "captcha-solver" / "dashboards" / "captcha-solver.json"
 NAMESPACE, JOB, GATEWAY_JOB = "demo", "demo-captcha-solver-worker", "demo-captcha-solver-gateway"
+#: the line Prometheus (--log.level=info) prints once its web listener is bound
+PROM_LISTENING = re.compile(r'msg="Listening on" address=127\.0\.0\.1:(\d+)')
 #: the demo gateway's tenants: name -> (key, threads)
 TENANTS = {"team-a": ("DemoTeamA" + "a" * 23, 8), "team-b": ("DemoTeamB" + "b" * 23, 4)}
 SCRAPE_S = 1.0
@@ -253,20 +254,22 @@ def prometheus(workdir: Path, ports: list[int], gateway_port: int) -> Iterator[s
               "scrape_configs": [{"job_name": "demo", "honor_labels": True,
                                   "file_sd_configs": [{"files": [str(workdir / "targets.json")]}]}]}
     (workdir / "prometheus.yml").write_text(json.dumps(config))
-    port = free_port()
-    with open(workdir / "prometheus.log", "wb") as log:
+    with open(workdir / "prometheus.log", "wb") as log:  # port 0: its `msg="Listening on"` line says which it got
         proc = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
-                                 "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+                                 f"--storage.tsdb.path={workdir / 'tsdb'}", "--web.listen-address=127.0.0.1:0",
+                                 "--log.level=info"], stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
+        deadline, url = time.monotonic() + 30, ""
         while True:
+            text = (workdir / "prometheus.log").read_text(errors="replace")
+            listening = PROM_LISTENING.search(text)
+            url = f"http://127.0.0.1:{listening.group(1)}" if listening else ""
             with contextlib.suppress(OSError, prom.PrometheusError):
-                prom.query(url, "up")
-                break
+                if url:
+                    prom.query(url, "up")
+                    break
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"prometheus did not start: {(workdir / 'prometheus.log').read_text()[-500:]}")
+                raise RuntimeError(f"prometheus did not start: {text[-500:]}")
             time.sleep(0.3)
         yield url
     finally:
@@ -304,13 +307,12 @@ async def _run(out: Path) -> dict[str, int]:
     ns = argparse.Namespace(threads=20, workers=3, concurrency=8, speed=20.0, unsolvable=0.05)
     os.environ["CAPTCHAAI_MONTHLY_PRICE"] = "30"  # the demo's workers inherit it: the cost panel has a price
     async with demo.running_stack(ns) as (stack, _):
-        api_port, gateway_metrics = free_port(), free_port()
         tenants = {"tenants": [{"name": n, "key": k, "threads": t} for n, (k, t) in TENANTS.items()]}
-        await demo._spawn(stack, "gateway", ["gateway"], {
+        gateway = await demo._spawn(stack, "gateway", ["gateway"], {
             "REDIS_URL": stack.redis_url, "GATEWAY_TENANTS": json.dumps(tenants), "GATEWAY_HOST": "127.0.0.1",
-            "GATEWAY_PORT": str(api_port), "METRICS_HOST": "127.0.0.1", "METRICS_PORT": str(gateway_metrics),
-            "LOG_LEVEL": "warning"})
-        await demo._wait_for(lambda: port_open(api_port), "gateway")
+            "GATEWAY_PORT": "0", "METRICS_HOST": "127.0.0.1", "METRICS_PORT": "0", "LOG_LEVEL": "warning"})
+        bound = await demo._listening(stack, "gateway", gateway)  # the ports it got, from its own line
+        api_port, gateway_metrics = int(bound["port"]), int(bound["metrics"])
         with tempfile.TemporaryDirectory(prefix="captcha-dashboard-") as d, \
                 prometheus(Path(d), stack.metrics_ports, gateway_metrics) as url:
             start = time.time()

@@ -10,11 +10,12 @@ import inspect
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ from captcha_worker import localredis
 from captcha_worker.config import WorkerConfig
 from captcha_worker.localredis import free_port as free_port  # noqa: PLC0414 - the tests take it from here
 from captcha_worker.localredis import wait_port as wait_port  # noqa: PLC0414
+from captcha_worker.service import LISTENING as LISTENING  # noqa: PLC0414 - the children's 'listening on' lines
+from captcha_worker.service import PINGBACK_LISTENING as PINGBACK_LISTENING  # noqa: PLC0414
 from captcha_worker.worker import Worker, open_worker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,11 +114,6 @@ def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = N
                           input=input, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
-#: the line `captcha-worker simulator` and `captcha-worker gateway` print once their sockets are bound
-LISTENING = re.compile(rb"listening on (?P<url>https?://\S+:(?P<port>\d+))"
-                       rb"(?: \(metrics on port (?P<metrics>\d+)\))?")
-#: a worker's pingback receiver (PINGBACK_PORT=0), printed after its metrics line
-PINGBACK_LISTENING = re.compile(rb"pingback listening on (?P<url>https?://\S+:(?P<port>\d+))")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -148,6 +146,16 @@ def wait_listening(proc: subprocess.Popen[bytes], log: Path, what: str, cpu_budg
             raise RuntimeError(f"{what} (pid {proc.pid}) used {cpu_budget}s of CPU without listening; "
                                f"its last output:\n{tail(log)}")
         time.sleep(0.05)
+
+
+@contextmanager
+def refused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses every connection while the block runs: bound by this process and never
+    listening, so no other process can bind it meanwhile (a free_port guess may be another server's by the time a
+    client tries it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
 
 
 def tail(log: Path, lines: int = 20) -> str:

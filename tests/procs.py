@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
@@ -24,7 +24,7 @@ import redis as sync_redis
 from aiohttp import web
 
 from captcha_worker.localredis import LocalRedis
-from tests.helpers import PINGBACK_LISTENING, ROOT, cli_env, free_port, wait_listening
+from tests.helpers import PINGBACK_LISTENING, ROOT, cli_env, wait_listening
 
 
 @dataclass
@@ -34,8 +34,6 @@ class RedisServer(LocalRedis):
 
     persistent: bool = True
     client_kwargs: dict[str, Any] = field(default_factory=dict)  # how to reach it (TLS, password) for the ping
-    port: int = 0  # 0: a free one, chosen (again, if another process takes it first) by `start`
-    started: bool = False  # it has served on `port` (a restart must keep that port)
 
     def client(self, **kwargs: Any) -> sync_redis.Redis:
         """A synchronous admin client of this server (close it)."""
@@ -43,39 +41,6 @@ class RedisServer(LocalRedis):
 
     def _ping_client(self) -> sync_redis.Redis:
         return self.client()
-
-    def start(self, timeout: float = 15.0) -> RedisServer:
-        """Start it and wait until it answers PING as itself (INFO's process_id is this child's pid): a port that
-        another process took first never passes for this server. On its first start the port is only a guess
-        (free_port), so a child that could not bind it is started again on another; a restart keeps its port (the
-        clients have its URL) and fails instead, and so does a port the caller chose."""
-        movable = not self.started and self.port == 0
-        for _ in range(5):
-            if movable:
-                self.port = free_port()
-            try:
-                super().start(timeout)
-            except (RuntimeError, sync_redis.exceptions.ConnectionError):
-                if not movable or self.proc is None or self.proc.poll() is None:
-                    raise
-            else:
-                if self._is_mine():
-                    self.started = True
-                    return self
-                if not movable:
-                    raise RuntimeError(f"127.0.0.1:{self.port} answers for another redis-server")
-            self.stop()
-        raise RuntimeError("redis-server could not bind a free port in 5 tries")
-
-    def _is_mine(self) -> bool:
-        client = self.client()
-        try:
-            info = cast(dict[str, Any], client.info("server"))
-        except sync_redis.exceptions.RedisError:
-            return False
-        finally:
-            client.close()
-        return self.proc is not None and self.proc.poll() is None and info.get("process_id") == self.proc.pid
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

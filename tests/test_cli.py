@@ -19,7 +19,7 @@ from redis import Redis
 from captcha_worker.cli import run_command
 from captcha_worker.config import ConfigError, WorkerConfig
 from captcha_worker.queue import Keys
-from tests.helpers import KEY, ROOT, cli_env, free_port, run_cli
+from tests.helpers import KEY, ROOT, cli_env, refused_port, run_cli
 
 TURNSTILE_ARGS = ["turnstile", "-p", "sitekey=0x4AAAAAAA", "-p", "pageurl=https://example.com/login"]
 KEYS = Keys("captcha")
@@ -154,7 +154,8 @@ def test_check_fails_on_a_bad_key_and_never_prints_it(stack: Any) -> None:
 
 
 def test_check_fails_on_unreachable_redis(stack: Any) -> None:
-    proc = run_cli("check", env=env_of(stack, REDIS_URL=f"redis://:pw@127.0.0.1:{free_port()}/0"))
+    with refused_port() as port:
+        proc = run_cli("check", env=env_of(stack, REDIS_URL=f"redis://:pw@127.0.0.1:{port}/0"))
     assert proc.returncode == 1
     assert "FAIL  redis" in proc.stdout and "unreachable" in proc.stdout and ":pw@" not in proc.stdout
 
@@ -177,7 +178,8 @@ def test_check_reads_the_api_settings_by_the_workers_rules(stack: Any, name: str
 
 
 def test_producer_commands_on_unreachable_redis_exit_1(stack: Any) -> None:
-    proc = run_cli("stats", "--redis-url", f"redis://127.0.0.1:{free_port()}/0")
+    with refused_port() as port:
+        proc = run_cli("stats", "--redis-url", f"redis://127.0.0.1:{port}/0")
     assert proc.returncode == 1 and "unreachable" in proc.stderr
 
 
@@ -286,8 +288,9 @@ def test_limit_rejects_bad_arguments_in_one_line(args: list[str]) -> None:
 
 
 def test_limit_without_redis_exits_1_in_one_line_without_the_password() -> None:
-    proc = run_cli("limit", "--threads", "3", "--hold", "10",
-                   env={"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "REDIS_PASSWORD": "s3cret-pass"})
+    with refused_port() as port:
+        proc = run_cli("limit", "--threads", "3", "--hold", "10",
+                       env={"REDIS_URL": f"redis://127.0.0.1:{port}/0", "REDIS_PASSWORD": "s3cret-pass"})
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "no limit registered" in proc.stderr and "s3cret-pass" not in proc.stderr + proc.stdout
 

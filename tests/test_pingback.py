@@ -28,7 +28,7 @@ from captcha_worker.polling import FallbackSchedule
 from captcha_worker.simulator import SimConfig
 from captcha_worker.simulator.config import Faults, Latency
 from captcha_worker.simulator.server import SimulatorServer
-from tests.helpers import KEY, free_port
+from tests.helpers import KEY, refused_port
 
 Q = "pbq"
 TURNSTILE = methods.by_name("turnstile")
@@ -182,11 +182,9 @@ class Live:
 
 @pytest.fixture
 async def live(redis: Redis) -> AsyncIterator[Live]:
-    port = free_port()
     cfg = SimConfig(threads=50, speed=20, latency={"turnstile": Latency(12.0, 3.0)}, seed=3)
-    async with SimulatorServer(cfg) as sim, \
-            Hub(redis, Q, "w1", f"http://127.0.0.1:{port}", time_scale=20) as hub, \
-            Receiver(redis, Q, "127.0.0.1", port), \
+    async with SimulatorServer(cfg) as sim, Receiver(redis, Q, "127.0.0.1", 0) as receiver, \
+            Hub(redis, Q, "w1", f"http://127.0.0.1:{receiver.port}", time_scale=20) as hub, \
             CaptchaAI(Secret(KEY), sim.url, retry=FAST, poll_scale=20, pingback=hub) as api:
         yield Live(sim, api, hub)
 
@@ -232,14 +230,15 @@ async def test_without_redis_a_solve_submits_without_pingback_and_polls(live: Li
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     """... and the hub says so once (its own guard: one line per change of state, however many calls failed)."""
     caplog.set_level(logging.INFO, "captcha_worker.pingback")
-    dead = Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5)
-    async with Hub(dead, Q, "w1", "http://127.0.0.1:1") as hub:
-        live.api.pingback = hub
-        stats = SolveStats()
-        solution = await live.api.solve(TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 30, stats=stats)
-        assert solution.answer.request and stats.polls >= 1
-        assert hub.guard.down is Refusal.CONNECTION
-    await dead.aclose()
+    with refused_port() as port:
+        dead = Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5)
+        async with Hub(dead, Q, "w1", "http://127.0.0.1:1") as hub:
+            live.api.pingback = hub
+            stats = SolveStats()
+            solution = await live.api.solve(TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 30, stats=stats)
+            assert solution.answer.request and stats.polls >= 1
+            assert hub.guard.down is Refusal.CONNECTION
+        await dead.aclose()
     lines = [r.getMessage() for r in caplog.records if r.name == "captcha_worker.pingback"]
     assert lines.count("pingback_redis_unavailable") == 1 and "pingback_redis_reconnected" not in lines, lines
     assert live.sim.stats().pingbacks_sent == 0

@@ -28,7 +28,6 @@ from captcha_worker.queue import (
     is_raw_item,
 )
 from captcha_worker.task import Result, Status, payload_view
-from tests.helpers import free_port
 from tests.procs import RedisServer
 
 #: lease s, prefixes, max bytes, dead cap, worker, its limit (none), the tenants' waiting lists
@@ -668,7 +667,7 @@ async def test_a_retried_push_is_not_confirmed_by_an_older_connection(redis_serv
     or a failover loses a task the producer was told is safe. On Redis 7 a connection's WAIT waits for the
     master's offset as of its last command, written or not, so it is not confirmed; this pins that the queue's
     durable push relies on nothing weaker."""
-    with RedisServer(free_port(), str(tmp_path), extra=["--replicaof", "127.0.0.1", str(redis_server.port)]) as rep:
+    with RedisServer(dir=str(tmp_path), extra=["--replicaof", "127.0.0.1", str(redis_server.port)]) as rep:
         master = Redis.from_url(redis_server.url, decode_responses=True)
         await master.flushall()
         for _ in range(100):

@@ -20,7 +20,6 @@ from captcha_worker.gateway import GatewayConfig, GatewayServer
 from captcha_worker.gateway import server as gateway_server
 from captcha_worker.gateway.callbacks import Callbacks
 from captcha_worker.service import Site, on_signals
-from tests.helpers import free_port
 
 KEY = "A" * 16 + "a" * 16
 
@@ -79,7 +78,8 @@ class _Watch:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.redis_closed = self.callbacks_stopped = 0
-        real_stop = Callbacks.stop
+        self.listeners: list[asyncio.Server] = []  # every socket a site started listening on
+        real_stop, real_listen = Callbacks.stop, web.TCPSite.start
         watch = self
 
         def connect(*args: Any, **kwargs: Any) -> Client:
@@ -97,8 +97,15 @@ class _Watch:
             watch.callbacks_stopped += 1
             await real_stop(self)
 
+        async def listen(self: web.TCPSite) -> None:
+            await real_listen(self)
+            server = self._server
+            assert isinstance(server, asyncio.Server)
+            watch.listeners.append(server)
+
         monkeypatch.setattr(gateway_server, "connect", connect)
         monkeypatch.setattr(Callbacks, "stop", stop)
+        monkeypatch.setattr(web.TCPSite, "start", listen)
 
 
 async def test_a_gateway_whose_upstream_client_fails_to_start_closes_what_it_opened(
@@ -120,14 +127,13 @@ async def test_a_gateway_whose_upstream_client_fails_to_start_closes_what_it_ope
 async def test_a_gateway_whose_api_port_is_taken_stops_its_probes_and_closes_the_rest(
         redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     watch = _Watch(monkeypatch)
-    metrics_port = free_port()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        cfg = _config(redis_server.url, GATEWAY_PORT=str(taken.getsockname()[1]), METRICS_PORT=str(metrics_port))
+        cfg = _config(redis_server.url, GATEWAY_PORT=str(taken.getsockname()[1]))  # METRICS_PORT 0
         with pytest.raises(OSError):
             async with GatewayServer(cfg):
                 pytest.fail("started")  # pragma: no cover
     assert (watch.callbacks_stopped, watch.redis_closed) == (1, 1)
-    with socket.socket() as probe:  # the probe listener started before the API's failed: it is closed again
-        probe.bind(("127.0.0.1", metrics_port))
+    assert len(watch.listeners) == 1, "the probe listener starts before the API's"
+    assert not watch.listeners[0].is_serving(), "the probe listener was left open"

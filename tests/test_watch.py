@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +16,8 @@ import pytest
 from redis.asyncio import Redis
 
 from captcha_worker.queue import Keys, RedisQueue, dead_entry
-from tests.helpers import ROOT, cli_env, free_port, wait_port
+from tests.helpers import ROOT, cli_env, free_port
+from tests.procs import RedisServer
 
 QUEUE = "watchq"
 
@@ -85,24 +87,16 @@ async def redis_server_flush(url: str) -> None:
 
 
 def test_watch_survives_a_redis_outage(tmp_path: Any) -> None:
-    port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port)
-        url = f"redis://:hunter2@127.0.0.1:{port}/0"
-        subprocess.run(["redis-cli", "-p", str(port), "config", "set", "requirepass", "hunter2"], check=True,
+    with RedisServer(dir=str(tmp_path), persistent=False) as server:  # a port checked to be its own
+        url = f"redis://:hunter2@127.0.0.1:{server.port}/0"
+        subprocess.run(["redis-cli", "-p", str(server.port), "config", "set", "requirepass", "hunter2"], check=True,
                        capture_output=True)
         proc = subprocess.Popen(_watch_cmd(url, "--count", "4", "--interval", "1"), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=ROOT)
         assert proc.stdout is not None
         first = [proc.stdout.readline() for _ in range(4)]
-        server.kill()
-        server.wait(10)
+        server.stop(signal.SIGKILL)
         rest, err = _finish(proc, 60)
-    finally:
-        if server.poll() is None:
-            server.kill()
     assert proc.returncode == 0, err
     blocks = _blocks("".join(first) + rest)
     assert len(blocks) == 4 and "pending" in blocks[0]

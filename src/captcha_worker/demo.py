@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import secrets
 import sys
 import tempfile
@@ -23,11 +24,16 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import aiohttp
+from aiohttp import web
+
 from captcha_worker.client import CaptchaQueue, Expired, Failed, Outcome, Solved, TaskSpec
-from captcha_worker.localredis import LocalRedis, free_port, port_open, redis_server_binary
+from captcha_worker.localredis import LocalRedis, redis_server_binary
 from captcha_worker.output import Progress
+from captcha_worker.service import LISTENING, PINGBACK_LISTENING, Site
 
 #: kind mix of the demo workload: (weight, method, params)
 MIX: tuple[tuple[int, str, dict[str, str]], ...] = (
@@ -52,41 +58,82 @@ class Stack:
     metrics_ports: list[int] = field(default_factory=list)  # one per worker: its /metrics on 127.0.0.1
 
 
-async def _wait_for(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            if check():
-                return
-        await asyncio.sleep(0.1)
-    raise RuntimeError(f"{what} did not start within {timeout:.0f}s")
-
-
-async def _start_redis(stack: Stack, port: int) -> str:
+async def _start_redis(stack: Stack) -> str:
+    """redis-server on a port it is checked to serve (LocalRedis), or fakeredis' embedded server on port 0."""
     if redis_server_binary():
-        server = LocalRedis(port, dir=stack.logdir)
+        server = LocalRedis(dir=stack.logdir)
         stack.closers.append(server.close)  # closers run once every process (workers, simulator) has stopped
         await asyncio.to_thread(server.start)
+        stack.redis_url = server.url
         return "redis-server"
     try:
         from fakeredis import TcpFakeServer  # noqa: PLC0415 - optional: the fallback when redis-server is missing
     except ImportError:
         raise RuntimeError("neither redis-server nor fakeredis[lua] is installed: run 'make demo' (installs "
                            "redis-server) or pip install 'fakeredis[lua]'") from None
-    fake = TcpFakeServer(("127.0.0.1", port), server_type="redis")
+    fake = TcpFakeServer(("127.0.0.1", 0), server_type="redis")  # bound here: the port is the one it got
     threading.Thread(target=fake.serve_forever, daemon=True).start()
     stack.closers.append(fake.shutdown)
-    await _wait_for(lambda: port_open(port), "embedded redis")
+    stack.redis_url = f"redis://127.0.0.1:{fake.server_address[1]}/0"
     return "embedded fakeredis (redis-server not installed)"
 
 
+def _log_of(stack: Stack, name: str) -> Path:
+    return Path(stack.logdir) / f"{name}.log"
+
+
 async def _spawn(stack: Stack, name: str, args: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
-    logfile = open(os.path.join(stack.logdir, f"{name}.log"), "wb")  # noqa: SIM115, ASYNC230 - owned by the child
+    logfile = open(_log_of(stack, name), "wb")  # noqa: SIM115, ASYNC230 - owned by the child
     stack.closers.append(logfile.close)
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "captcha_worker.cli", *args,
                                                 env={**os.environ, **env}, stdout=logfile, stderr=logfile)
     stack.procs.append(proc)
     return proc
+
+
+async def _listening(stack: Stack, name: str, proc: asyncio.subprocess.Process,
+                     pattern: re.Pattern[bytes] = LISTENING, timeout: float = 30.0) -> re.Match[bytes]:
+    """The ports a child started on port 0 bound, from its own `listening on` line (`port`, and a gateway's
+    `metrics`): no port guessed, so nothing can take one first. Fails when the child exits before, or after
+    `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = pattern.search(_log_of(stack, name).read_bytes())
+        if m:
+            return m
+        if proc.returncode is not None or time.monotonic() > deadline:
+            state = f"exited with code {proc.returncode}" if proc.returncode is not None else "did not listen"
+            raise RuntimeError(f"{name} {state} within {timeout:.0f}s (its log: {_log_of(stack, name)})")
+        await asyncio.sleep(0.05)
+
+
+class _Service:
+    """Worker 0's pingback Service in the demo's cluster: the URL every worker gives CaptchaAI (PINGBACK_URL) is
+    this relay's, on a port the OS chose, and it forwards each callback to worker 0's receiver, which binds port 0
+    and prints the port it got (`target`). So no port is guessed before the workers start."""
+
+    def __init__(self) -> None:
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self._forward)
+        self._site = Site(app, "127.0.0.1", 0, access_log=None)
+        self._http: aiohttp.ClientSession | None = None
+        self.target = ""
+
+    async def start(self) -> str:
+        await self._site.start()
+        self._http = aiohttp.ClientSession()
+        return self._site.url
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        if self._http is None or not self.target:
+            return web.Response(status=503)
+        async with self._http.get(self.target + request.path_qs) as reply:
+            return web.Response(status=reply.status, body=await reply.read())
+
+    async def close(self) -> None:
+        await self._site.stop()
+        if self._http is not None:
+            await self._http.close()
 
 
 def _sim_stats(sim_url: str) -> dict[str, Any]:
@@ -97,34 +144,36 @@ def _sim_stats(sim_url: str) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def running_stack(ns: argparse.Namespace) -> AsyncIterator[tuple[Stack, str]]:
+    """Redis, the simulator and `ns.workers` workers, each on a port it bound itself (the simulator's and the
+    workers' read from their `listening on` lines); with `ns.pingback`, worker 0's receiver behind a relay."""
     logdir = tempfile.mkdtemp(prefix="captcha-demo-")
-    redis_port, sim_port = free_port(), free_port()
-    stack = Stack(f"redis://127.0.0.1:{redis_port}/0", f"http://127.0.0.1:{sim_port}", secrets.token_hex(16),
-                  logdir)
+    stack = Stack("", "", secrets.token_hex(16), logdir)
+    service = _Service() if getattr(ns, "pingback", False) else None
     try:
-        redis_kind = await _start_redis(stack, redis_port)
-        await _spawn(stack, "simulator", ["simulator", "--port", str(sim_port), "--threads", str(ns.threads),
-                                          "--speed", str(ns.speed), "--over-cap", "zero_balance",
-                                          "--fault", f"unsolvable={ns.unsolvable}", *_seed_args(ns)], {})
-        await _wait_for(lambda: port_open(sim_port), "simulator")
+        redis_kind = await _start_redis(stack)
+        sim = await _spawn(stack, "simulator", ["simulator", "--port", "0", "--threads", str(ns.threads),
+                                                "--speed", str(ns.speed), "--over-cap", "zero_balance",
+                                                "--fault", f"unsolvable={ns.unsolvable}", *_seed_args(ns)], {})
+        stack.sim_url = f"http://127.0.0.1:{int((await _listening(stack, 'simulator', sim))['port'])}"
         env = {"REDIS_URL": stack.redis_url, "CAPTCHAAI_KEY": stack.key, "CAPTCHAAI_URL": stack.sim_url,
                "CAPTCHAAI_THREADS": str(ns.threads), "WORKER_CONCURRENCY": str(ns.concurrency),
                "API_TIME_SCALE": str(ns.speed), "LOG_LEVEL": "warning", "METRICS_HOST": "127.0.0.1",
-               "DRAIN_GRACE_SECONDS": "10"}
-        pingback_ports = [free_port() for _ in range(ns.workers)] if getattr(ns, "pingback", False) else []
-        if pingback_ports:  # every worker runs a receiver; the simulator calls worker 0's (as a Service would one pod)
-            env |= {"PINGBACK_URL": f"http://127.0.0.1:{pingback_ports[0]}", "PINGBACK_HOST": "127.0.0.1"}
-        for i in range(ns.workers):
-            stack.metrics_ports.append(free_port())
-            extra = {"PINGBACK_PORT": str(pingback_ports[i])} if pingback_ports else {}
-            await _spawn(stack, f"worker-{i}", ["run"], {**env, **extra, "METRICS_PORT": str(stack.metrics_ports[-1])})
-        if pingback_ports:  # no solve before the receiver listens: its first callbacks would be lost
-            await _wait_for(lambda: port_open(pingback_ports[0]), "worker 0's pingback receiver")
+               "METRICS_PORT": "0", "DRAIN_GRACE_SECONDS": "10"}
+        if service is not None:  # every worker runs a receiver; the simulator calls worker 0's (as a Service would)
+            env |= {"PINGBACK_URL": await service.start(), "PINGBACK_HOST": "127.0.0.1", "PINGBACK_PORT": "0"}
+        workers = [await _spawn(stack, f"worker-{i}", ["run"], env) for i in range(ns.workers)]
+        for i, proc in enumerate(workers):
+            stack.metrics_ports.append(int((await _listening(stack, f"worker-{i}", proc))["port"]))
+        if service is not None:  # no solve before the receiver listens: its first callbacks would be lost
+            receiver = await _listening(stack, "worker-0", workers[0], PINGBACK_LISTENING)
+            service.target = f"http://127.0.0.1:{int(receiver['port'])}"
         yield stack, redis_kind
     finally:
         # workers first (they drain), then the simulator, then Redis
         for proc in reversed(stack.procs):
             await _stop(proc)
+        if service is not None:
+            await service.close()
         for close in stack.closers:
             close()
 

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Any, Self, cast
 
 import redis as sync_redis
 
@@ -64,15 +64,16 @@ class RedisNotInstalled(RuntimeError):
 
 @dataclass
 class LocalRedis:
-    """redis-server on ``port`` (default: a free one). ``persistent``: AOF with fsync always, so a restart keeps
-    the data; otherwise no RDB and no AOF. ``dir``: its working directory (default: a temporary one of its own,
-    removed by ``stop``). ``extra``: more redis-server arguments."""
+    """redis-server on ``port`` (0, the default: a free one, chosen by `start`). ``persistent``: AOF with fsync
+    always, so a restart keeps the data; otherwise no RDB and no AOF. ``dir``: its working directory (default: a
+    temporary one of its own, removed by ``stop``). ``extra``: more redis-server arguments."""
 
-    port: int = field(default_factory=free_port)
+    port: int = 0
     dir: str | None = None
     persistent: bool = False
     extra: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    started: bool = False  # it has served on `port` (a restart must keep that port)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     @property
@@ -85,7 +86,40 @@ class LocalRedis:
                 *persistence, *self.extra]
 
     def start(self, timeout: float = 15.0) -> Self:
-        """Start it and wait until it answers PING (after loading its AOF, when persistent)."""
+        """Start it and wait until it answers PING as itself (INFO's process_id is this child's pid), after loading
+        its AOF when persistent: a port that another process took first never passes for this server. redis-server
+        cannot bind port 0 and say which it got, so on a first start with port 0 the port is a guess (free_port),
+        and a child that could not bind it is started again on another; a restart keeps its port (the clients have
+        its URL) and fails instead, and so does a port the caller chose."""
+        movable = not self.started and self.port == 0
+        for _ in range(5):
+            if movable:
+                self.port = free_port()
+            try:
+                self._start_once(timeout)
+            except (RuntimeError, sync_redis.exceptions.ConnectionError):
+                if not movable or self.proc is None or self.proc.poll() is None:
+                    raise
+            else:
+                if self._is_mine():
+                    self.started = True
+                    return self
+                if not movable:
+                    raise RuntimeError(f"127.0.0.1:{self.port} answers for another redis-server")
+            self.stop()
+        raise RuntimeError("redis-server could not bind a free port in 5 tries")
+
+    def _is_mine(self) -> bool:
+        client = self._ping_client()
+        try:
+            info = cast(dict[str, Any], client.info("server"))
+        except sync_redis.exceptions.RedisError:
+            return False
+        finally:
+            client.close()
+        return self.proc is not None and self.proc.poll() is None and info.get("process_id") == self.proc.pid
+
+    def _start_once(self, timeout: float) -> None:
         binary = redis_server_binary()
         if binary is None:
             raise RedisNotInstalled
@@ -96,7 +130,6 @@ class LocalRedis:
         self.proc = subprocess.Popen(self.args(binary, workdir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.port, timeout)
         self._wait_loaded(time.monotonic() + timeout)
-        return self
 
     def _ping_client(self) -> sync_redis.Redis:
         """The client `start` waits with (a subclass may add TLS or a password)."""

@@ -11,6 +11,7 @@ its handlers once, with :func:`on_signals`, and removes them when it stops. The 
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import ssl
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +19,12 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from aiohttp import web
+
+#: the line a service prints once its socket is bound (the simulator, the gateway: `... listening on URL (metrics on
+#: port N)`, a worker's probes: `metrics listening on URL`): a child started on port 0 says which port it got
+LISTENING = re.compile(rb"listening on (?P<url>https?://\S+:(?P<port>\d+))(?: \(metrics on port (?P<metrics>\d+)\))?")
+#: a worker's pingback receiver (PINGBACK_PORT=0), printed after its metrics line
+PINGBACK_LISTENING = re.compile(rb"pingback listening on (?P<url>https?://\S+:(?P<port>\d+))")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, QueueUnavailable
 from captcha_worker.queue import RedisQueue, as_awaitable
-from tests.helpers import TURNSTILE, free_port, task_body, wait_until
+from tests.helpers import TURNSTILE, refused_port, task_body, wait_until
 from tests.procs import RedisServer, WorkerProc, simulator, workers
 
 from .conftest import KEYS, SPEED, Row, crashes, replies, worker_env
@@ -34,11 +35,14 @@ async def _oom(admin: Redis, rs: RedisServer) -> Callable[[], Awaitable[None]]:
 
 
 async def _readonly(admin: Redis, rs: RedisServer) -> Callable[[], Awaitable[None]]:
-    """A failover seen from a worker: its Redis became a replica (of a master that is not there)."""
-    await admin.execute_command("REPLICAOF", "127.0.0.1", str(free_port()))
+    """A failover seen from a worker: its Redis became a replica (of a master that is not there: a port held
+    refusing until the end)."""
+    held = ExitStack()
+    await admin.execute_command("REPLICAOF", "127.0.0.1", str(held.enter_context(refused_port())))
 
     async def end() -> None:
         await admin.execute_command("REPLICAOF", "NO", "ONE")
+        held.close()
 
     return end
 

@@ -4,16 +4,14 @@ over TLS with a private CA. Without the CA, or with a wrong password, each says 
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import redis as sync_redis
 
-from tests.helpers import free_port, redis_server_binary, run_cli, wait_port
-from tests.procs import simulator, workers
+from tests.helpers import run_cli
+from tests.procs import RedisServer, simulator, workers
 
 from .conftest import SPEED, Row, crashes, worker_env
 
@@ -30,34 +28,29 @@ def _certs(d: Path) -> Path:
     return d / "ca.crt"
 
 
+@dataclass
+class TlsRedis(RedisServer):
+    """redis-server on TLS only (`port` is its TLS port), the default user off, an ACL user `captcha` with a
+    password. RedisServer's start: a port taken first by another process never passes for this server."""
+
+    persistent: bool = False
+
+    def args(self, binary: str, workdir: str) -> list[str]:
+        d = Path(workdir)
+        return [binary, "--port", "0", "--tls-port", str(self.port), "--bind", "127.0.0.1", "--tls-cert-file",
+                str(d / "server.crt"), "--tls-key-file", str(d / "server.key"), "--tls-ca-cert-file", str(d / "ca.crt"),
+                "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", workdir,
+                "--user", "default", "off", "--user", "captcha", "on", ">s3cret-acl-pw", "~*", "&*", "+@all"]
+
+
 @pytest.fixture
 def tls_redis(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    """redis-server on TLS only, the default user off, an ACL user `captcha` with a password."""
     d = tmp_path / "tls"
     d.mkdir()
     ca = _certs(d)
-    port = free_port()
-    proc = subprocess.Popen([redis_server_binary(), "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
-                             "--tls-cert-file", "server.crt", "--tls-key-file", "server.key", "--tls-ca-cert-file",
-                             "ca.crt", "--tls-auth-clients", "no", "--save", "", "--dir", str(d),
-                             "--user", "default", "off", "--user", "captcha", "on", ">s3cret-acl-pw", "~*", "&*",
-                             "+@all"], cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                sync_redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(ca), username="captcha",
-                                 password="s3cret-acl-pw").ping()
-                break
-            except sync_redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield port, ca
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with TlsRedis(dir=str(d), client_kwargs={"ssl": True, "ssl_ca_certs": str(ca), "username": "captcha",
+                                             "password": "s3cret-acl-pw"}) as server:
+        yield server.port, ca
 
 
 def test_every_command_honours_username_password_and_tls_ca(tls_redis: tuple[int, Path], tmp_path: Path) -> None:
