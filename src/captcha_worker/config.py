@@ -500,6 +500,9 @@ class ProvidersConfig:
     providers: tuple[ProviderConfig, ...]
     cap_hour_micro: int
     cap_day_micro: int
+    #: routing on a deadline (``deadline``): a task that would miss its deadline waiting for a plan thread goes
+    #: to a provider (``"on_deadline"``, default true)
+    on_deadline: bool = True
 
     def for_kind(self, kind: str) -> ProviderConfig | None:
         """The first provider (in the configured order) that lists `kind`."""
@@ -523,7 +526,10 @@ def providers_from_env(env: Mapping[str, str]) -> ProvidersConfig | None:
         raise ConfigError(f"PROVIDERS is not valid JSON ({reason})") from None
     if not isinstance(doc, dict):
         raise ConfigError("PROVIDERS must be a JSON object with \"providers\" and \"cap\"")
-    _no_stray(doc, {"providers", "cap"}, "PROVIDERS")
+    _no_stray(doc, {"providers", "cap", "on_deadline"}, "PROVIDERS")
+    on_deadline = doc.get("on_deadline", True)
+    if not isinstance(on_deadline, bool):
+        raise ConfigError("PROVIDERS.on_deadline must be true or false")
     items = doc.get("providers")
     if not isinstance(items, list) or not items or len(items) > _MAX_PROVIDERS:
         raise ConfigError(f"PROVIDERS.providers must be a list of 1-{_MAX_PROVIDERS} providers")
@@ -536,7 +542,7 @@ def providers_from_env(env: Mapping[str, str]) -> ProvidersConfig | None:
         raise ConfigError("PROVIDERS.cap is required: {\"hour\": <money>, \"day\": <money>} (the spend cap)")
     _no_stray(cap, {"hour", "day"}, "PROVIDERS.cap")
     return ProvidersConfig(providers, _money(cap.get("hour"), "PROVIDERS.cap.hour", _MICRO),
-                           _money(cap.get("day"), "PROVIDERS.cap.day", _MICRO))
+                           _money(cap.get("day"), "PROVIDERS.cap.day", _MICRO), on_deadline=on_deadline)
 
 
 def _no_stray(obj: dict[str, object], allowed: set[str] | frozenset[str], where: str) -> None:

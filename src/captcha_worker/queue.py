@@ -22,6 +22,8 @@ Transitions of one item (each arrow is one atomic step):
                                                                    back to the front; a known tenant's task goes
                                                                    to its waiting list. The gap is covered by the
                                                                    orphan rule below)
+    CLAIM_LATE     named ids of pending -> processing + lease, no unit (routing on a deadline: a per-solve
+                                   provider solves them; an id no longer pending is skipped)
     ADOPT          raw JSON task in processing -> its id at the front of pending (task hash created), or
                                    dropped when its id is known already (a repeated push)
     RECORD         in.php answered: captcha id on the task hash, its unit held until the id can no longer
@@ -179,6 +181,7 @@ LUA_CONSTANTS: dict[str, Constant] = {
 _PUSH = lua("push", LUA_CONSTANTS)
 _CLAIM = lua("claim", LUA_CONSTANTS)
 _LEASE = lua("lease", LUA_CONSTANTS)
+_CLAIM_LATE = lua("claim_late", LUA_CONSTANTS)
 _RENEW = lua("renew", LUA_CONSTANTS)
 _UNIT_DROP = lua("unit_drop", LUA_CONSTANTS)
 _ADOPT = lua("adopt", LUA_CONSTANTS)
@@ -226,6 +229,7 @@ class RedisQueue:
         self._push = SlotScript(redis, _PUSH)
         self._claim = SlotScript(redis, _CLAIM)
         self._lease = SlotScript(redis, _LEASE)
+        self._claim_late = SlotScript(redis, _CLAIM_LATE)
         self._renew = SlotScript(redis, _RENEW)
         self._unit_drop = SlotScript(redis, _UNIT_DROP)
         self._adopt = SlotScript(redis, _ADOPT)
@@ -307,6 +311,28 @@ class RedisQueue:
                                                                                      worker, limit),
                                                                 *(["1"] if no_unit else [])])
         return claim_reply(reply)
+
+    async def peek_pending(self, n: int) -> list[tuple[str, str | None]]:
+        """The first `n` task ids of pending with their stored bodies (None: expired, or a raw item, skipped), in
+        queue order: what routing on a deadline predicts from (``deadline.late``). Read only, two round trips; a
+        view that is stale by the time it is acted on is harmless (CLAIM_LATE claims only items still pending)."""
+        items = await self._runner.raw("LRANGE", self.keys.pending, 0, n - 1)
+        ids = [i for i in (as_text(x) for x in items or []) if isinstance(i, str) and valid_task_id(i)]
+        if not ids:
+            return []
+        bodies = await self._runner.send([("HGET", self.keys.task(i), "body") for i in ids], pinned=False)
+        return [(i, b.decode("utf-8", "replace") if isinstance(b, bytes) else b if isinstance(b, str) else None)
+                for i, b in zip(ids, bodies, strict=True)]
+
+    async def claim_late(self, items: Sequence[str], *, lease_s: float, max_bytes: int = DEFAULT_MAX_TASK_BYTES,
+                         dead_max: int = DEFAULT_DEAD_LETTER_MAX, worker: str = "",
+                         limit: int = UNLIMITED) -> ClaimReply:
+        """CLAIM_LATE: the named task ids still in pending, leased without budget units (a per-solve provider
+        solves them: they would miss their deadline waiting for a plan thread)."""
+        k = self.keys
+        keys = [k.pending, k.processing, k.leases, k.orphans, k.dead, k.budget, k.limits]
+        args = self._claim_args(lease_s, max_bytes, dead_max, worker, limit)[:-1]  # no waiting prefix
+        return claim_reply(await self._runner.eval_raw(self._claim_late, keys, [*args, *items]))
 
     async def claim_blocking(self, *, timeout_s: float, lease_s: float, max_bytes: int = DEFAULT_MAX_TASK_BYTES,
                              dead_max: int = DEFAULT_DEAD_LETTER_MAX, worker: str = "",

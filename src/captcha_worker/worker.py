@@ -50,12 +50,14 @@ from captcha_worker.captchaai import CapacityError, CaptchaAI, FatalApiError, Re
 from captcha_worker.codes import Code
 from captcha_worker.config import ProviderConfig, Secret, WorkerConfig
 from captcha_worker.connection import Client, Refusal, connect, is_cross_slot
+from captcha_worker.deadline import Line, ServiceTimes, Waiting, late
 from captcha_worker.guard import RedisGuard
 from captcha_worker.job import Api, Job, JobRunner
 from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
 from captcha_worker.overflow import Overflow, ProviderPool
 from captcha_worker.pingback import Hub
+from captcha_worker.planner import service_time
 from captcha_worker.queue import RedisQueue  # built by redis_queue only: the Worker depends on WorkerQueue
 from captcha_worker.store.keys import item_ref
 from captcha_worker.store.records import (
@@ -69,7 +71,7 @@ from captcha_worker.store.records import (
     Report,
     Violation,
 )
-from captcha_worker.task import Task
+from captcha_worker.task import Invalid, Task, parse_task
 from captcha_worker.worker_queue import WorkerQueue
 
 log = logging.getLogger("captcha_worker.worker")
@@ -79,6 +81,9 @@ P = ParamSpec("P")
 __all__ = ["Api", "Phase", "Worker", "default_worker_id", "open_worker", "redis_queue"]
 
 PLAN_WAIT_S = 5.0  # at start, how long claims wait for the plan's threads (threadsinfo) to be known
+#: routing on a deadline: the most tasks of pending looked at, and how often (seconds, at API_TIME_SCALE 1)
+LATE_SCAN_TASKS = 200
+LATE_SCAN_S = 1.0
 REPORT_BATCH = 20
 #: an audit record outlives its turn this many periods (then no worker exports stale counts: a queue no worker
 #: audits shows 0, as at start)
@@ -112,6 +117,10 @@ class Worker:
         #: CaptchaAI's circuit breaker: only with PROVIDERS (overflow off: nothing to break to)
         self.breaker = Breaker(Policy.scaled(cfg.time_scale, cfg.http_timeout_seconds),
                                on_change=self._breaker_changed) if overflow is not None else None
+        #: routing on a deadline: how long plan solves hold a thread (observed; before that the methods table's)
+        self.service_times = ServiceTimes({k.name: service_time(k)[0] / cfg.time_scale
+                                           for k in methods.KINDS if k.captchaai})
+        self._late_next = 0.0  # monotonic: the next look at pending for tasks that would miss their deadline
         self.id = worker_id or default_worker_id()
         self.phase = Phase.RUNNING
         self._started = False  # ready once its limit is registered and its loops and metrics are up
@@ -425,6 +434,8 @@ class Worker:
             if reply.items or self._stop.is_set():
                 full_wait = 0.02
             elif reply.budget_full or reply.capped:  # a unit frees when any solve ends: this worker's own wake it
+                if reply.budget_full and reply.pending > 0:
+                    await self._claim_late()
                 await self._wait_wake(full_wait)
                 full_wait = min(full_wait * 2, 0.2)
             else:
@@ -444,6 +455,62 @@ class Worker:
             self._start(c)
         if not reply.items:
             await self._wait_wake(0.1)
+
+    async def _claim_late(self) -> None:
+        """Routing on a deadline (``deadline``): every plan thread is busy and tasks wait; the ones predicted to miss
+        their deadline waiting (the first LATE_SCAN_TASKS of pending, at most every LATE_SCAN_S) are claimed without
+        units for a provider, as many as the providers' free concurrency and the cap's room allow."""
+        ov, limit, now = self._overflow, self.budget_limit, time.monotonic()
+        room = self._paid_capacity - self._paid_jobs()
+        if ov is None or not ov.config.on_deadline or limit is None or limit <= 0 or room <= 0 \
+                or now < self._late_next:
+            return
+        self._late_next = now + LATE_SCAN_S / self.cfg.time_scale
+        peeked = await self._redis("peek_pending", self.queue.peek_pending, LATE_SCAN_TASKS)
+        waiting, prices = self._waiting(peeked or [])
+        if not waiting:
+            return
+        line = Line(limit, sum(w.service_s for w in waiting) / len(waiting))  # E[S]: the line's mix
+        ids = late(waiting, line, now=time.time(), room=room)
+        ids = await self._within_cap(ids, prices) if ids else ids
+        if not ids:
+            return
+        reply = await self._redis_claim("claim_late", self.queue.claim_late, ids, **self._claim_limits())
+        for c in reply.items if reply is not None else ():
+            self._start(c)
+        if reply is not None and reply.items:
+            event(log, "claimed_late", n=len(reply.items), threads=limit, mean_s=round(line.mean_s, 3))
+
+    def _waiting(self, peeked: list[tuple[str, str | None]]) -> tuple[list[Waiting], dict[str, tuple[str, int]]]:
+        """Pending's tasks as routing on a deadline sees them, and each routable one's (kind, price in micro)."""
+        assert self._overflow is not None
+        waiting, prices = [], {}
+        for tid, body in peeked:
+            task = parse_task(body, max_bytes=self.cfg.max_task_bytes, foreign=self._foreign) if body else None
+            if task is None or isinstance(task, Invalid) or not task.kind.captchaai:
+                continue  # settled at its claim at once (no body, invalid), or a provider's kind: not in the line
+            provider = self._overflow.provider_for(task.kind.name)
+            if provider is not None:
+                prices[tid] = (task.kind.name, provider.price_micro(task.kind.name))
+            waiting.append(Waiting(tid, task.deadline, self.service_times.of(task.kind.name), provider is not None))
+        return waiting, prices
+
+    async def _within_cap(self, ids: list[str], prices: Mapping[str, tuple[str, int]]) -> list[str]:
+        """The first of `ids` whose prices together fit the cap's room now (the reservation before each solve is
+        still what holds the cap: this only keeps a full cap from claiming tasks the plan would answer)."""
+        assert self._overflow is not None
+        state = await self._redis("spend_state", self._overflow.spend.state)
+        if state is None:
+            return []
+        cap = self._overflow.cap
+        hour, day, out = cap.hour - state.hour, cap.day - state.day, []
+        for tid in ids:
+            price = prices[tid][1]
+            if price > hour or price > day:
+                break
+            hour, day = hour - price, day - price
+            out.append(tid)
+        return out
 
     async def _breaker_loop(self) -> None:
         """The breaker's half-open probe: one threadsinfo when due; it answering closes the breaker."""
@@ -534,6 +601,8 @@ class Worker:
         job = self._jobs.pop(t, None)
         if job is not None and job.unit and not job.unit_dropped:
             self._held -= 1
+            if job.task is not None and job.stats.polls > 0:  # a plan solve: how long it held its thread
+                self.service_times.observe(job.task.kind.name, time.time() - job.claimed_at)
         self._wake.set()
 
     # -- fatal state --------------------------------------------------------------------------------------

@@ -55,6 +55,16 @@ class WorkerQueue(Protocol):
         """BLMOVE + LEASE: wait up to `timeout_s` for one item (None: nothing came)."""
         ...
 
+    async def peek_pending(self, n: int) -> list[tuple[str, str | None]]:
+        """The first `n` task ids of pending with their bodies (read only: what routing on a deadline reads)."""
+        ...
+
+    async def claim_late(self, items: Sequence[str], *, lease_s: float, max_bytes: int = DEFAULT_MAX_TASK_BYTES,
+                         dead_max: int = DEFAULT_DEAD_LETTER_MAX, worker: str = "",
+                         limit: int = UNLIMITED) -> ClaimReply:
+        """CLAIM_LATE: the named ids still pending, leased without budget units (a per-solve provider's)."""
+        ...
+
     # this worker in the queue (the heartbeat) -------------------------------------------------------------------
     async def heartbeat(self, worker_id: str, *, limit: int, limit_alive_s: float = 30.0,
                         alive_s: float = 60) -> QueueStats:
