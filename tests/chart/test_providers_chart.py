@@ -83,3 +83,17 @@ def test_prices_and_caps_reach_the_worker_exactly(helm: str, chart: Path, helm_e
     assert cfg is not None
     assert dict(cfg.providers[0].prices) == {k: int(Decimal(p) * 1000) for k, p in zip(kinds, PRICES, strict=True)}
     assert (cfg.cap_hour_micro, cfg.cap_day_micro) == (1, 1_234_567_891)
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_routing_on_a_deadline_is_on_unless_switched_off(helm: str, chart: Path, helm_env: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    keys = {"twocaptcha-api-key": "0" * 32, "capsolver-api-key": "CAP-0123456789ABCDEF"}
+    for extra, on in (((), True), (("--set", "overflowOnDeadline=false"), False)):
+        docs = _render(helm, chart, helm_env, "overflow", *extra)
+        root = tmp_path / str(on)
+        _lay_out_key_files(_one(docs, "Deployment", "-worker"), root, keys)
+        text = _one(docs, "ConfigMap", "-worker")["data"]["PROVIDERS"]
+        assert ("on_deadline" in json.loads(text)) is not on, "left out when on: the worker's default"
+        cfg = providers_from_env({"PROVIDERS": _rooted(text, root)})
+        assert cfg is not None and cfg.on_deadline is on

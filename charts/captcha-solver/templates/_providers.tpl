@@ -18,7 +18,9 @@
 {{- if not (kindIs "invalid" .refundUnsolvable) -}}{{- $_ := set $p "refund_unsolvable" .refundUnsolvable -}}{{- end -}}
 {{- $list = append $list $p -}}
 {{- end -}}
-{{- dict "providers" $list "cap" (dict "hour" .Values.spendCap.hour "day" .Values.spendCap.day) | toJson -}}
+{{- $doc := dict "providers" $list "cap" (dict "hour" .Values.spendCap.hour "day" .Values.spendCap.day) -}}
+{{- if not .Values.overflowOnDeadline -}}{{- $_ := set $doc "on_deadline" false -}}{{- end -}}
+{{- $doc | toJson -}}
 {{- end -}}
 {{- end -}}
 
