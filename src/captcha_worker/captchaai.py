@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
 import random
 import re
 import time
@@ -56,6 +55,8 @@ from captcha_worker.config import Secret
 from captcha_worker.guard import Backoff
 from captcha_worker.methods import Answer as Answer  # noqa: PLC0414 - the API's answer, importable from here
 from captcha_worker.polling import FallbackSchedule, LatencyModel, PollSchedule
+from captcha_worker.protocols import v1_client
+from captcha_worker.protocols.v1_client import Reply as Reply  # noqa: PLC0414 - a decoded reply, importable from here
 
 if TYPE_CHECKING:
     from captcha_worker.pingback import Hub, Ticket
@@ -133,53 +134,19 @@ class ThreadsInfo:
     working_threads: int
 
 
-@dataclass(frozen=True)
-class Reply:
-    """A decoded successful reply: ``request`` plus any extra JSON fields."""
-
-    request: str
-    extra: Mapping[str, Any]
-
-
 def parse_reply(status: int, body: bytes, endpoint: str) -> Reply:
-    """Decode one HTTP reply into a Reply, or raise the classified ApiError."""
+    """Decode one HTTP reply (the body: ``protocols.v1_client.read_reply``) into a Reply, or raise the classified
+    ApiError."""
     if status == 429:
         raise api_error(Code.HTTP_429, endpoint)
     if status >= 500:
         raise api_error(Code.HTTP_5XX, endpoint, f"HTTP {status}")
     if status != 200:
         raise api_error(Code.HTTP_4XX, endpoint, f"HTTP {status}")
-    text = body.decode("utf-8", errors="replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        return _parse_json(data, endpoint)
-    if text.startswith("OK|"):
-        return Reply(text[3:], {})
-    if text == Code.CAPCHA_NOT_READY or ((text.startswith(("ERROR_", "IP_")) or text == Code.MAX_USER_TURN)
-                                      and text.replace("_", "").isalnum() and len(text) < 64):
-        if text == Code.CAPCHA_NOT_READY:
-            return Reply(text, {"not_ready": True})
-        raise api_error(text, endpoint)
-    if text.startswith("OK_"):  # reportbad: OK_REPORT_RECORDED
-        return Reply(text, {})
-    raise api_error(Code.NON_JSON, endpoint, "unexpected body")
-
-
-def _parse_json(data: Mapping[str, Any], endpoint: str) -> Reply:
-    if "threads" in data and "status" not in data:
-        return Reply("OK", data)
-    request = data.get("request")
-    request_text = request if isinstance(request, str) else json.dumps(request) if request is not None else ""
-    if data.get("status") == 1:
-        return Reply(request_text, data)
-    if request_text == Code.CAPCHA_NOT_READY:
-        return Reply(request_text, {"not_ready": True})
-    if data.get("status") == 0 and request_text:
-        raise api_error(request_text, endpoint)
-    raise api_error(Code.NON_JSON, endpoint, "JSON without status")
+    reply = v1_client.read_reply(body)
+    if isinstance(reply, v1_client.Refusal):
+        raise api_error(reply.code, endpoint, reply.detail)
+    return reply
 
 
 @dataclass(frozen=True)
@@ -303,7 +270,7 @@ class CaptchaAI:
                                           timeout=timeout) as resp:
                 body = await resp.read()
                 reply = parse_reply(resp.status, body, endpoint)
-                code = Code.CAPCHA_NOT_READY if reply.extra.get("not_ready") else Code.OK
+                code = Code.CAPCHA_NOT_READY if reply.not_ready else Code.OK
                 return reply
         except ApiError as exc:
             code = exc.code
@@ -387,29 +354,27 @@ class CaptchaAI:
         reply = await self._call("in.php", "in", fields, file=file, stats=stats)
         return reply.request
 
-    async def get(self, captcha_id: str, stats: SolveStats | None = None, *, retry: bool = True) -> Answer | None:
-        """res.php?action=get: the answer, or None while it is not ready."""
+    async def get(self, captcha_id: str, stats: SolveStats | None = None, *, retry: bool = True,
+                  with_user_agent: bool = False) -> Answer | None:
+        """res.php?action=get: the answer, or None while it is not ready (`with_user_agent`: the kind is answered
+        with one, for a plain-text reply: ``protocols.v1_client.answer_of``)."""
         reply = await self._call("res.php", "res_get", {"action": "get", "id": captcha_id}, stats=stats,
                                  retry=retry)
-        if reply.extra.get("not_ready"):
-            return None
-        result, ua = reply.extra.get("result"), reply.extra.get("user_agent")
-        request = result if isinstance(result, str) and result else reply.request
-        return Answer(request=request, user_agent=ua if isinstance(ua, str) else None)
+        return v1_client.answer_of(reply, with_user_agent=with_user_agent)
 
     async def threadsinfo(self) -> ThreadsInfo:
         reply = await self._call("res.php", "res_threadsinfo", {"action": "threadsinfo"})
-        try:
-            return ThreadsInfo(int(reply.extra["threads"]), int(reply.extra.get("working_threads", 0)))
-        except (KeyError, TypeError, ValueError):
-            raise api_error(Code.NON_JSON, "res_threadsinfo", "no threads field") from None
+        counts = v1_client.threads_of(reply)
+        if counts is None:
+            raise api_error(Code.NON_JSON, "res_threadsinfo", "no threads field")
+        return ThreadsInfo(*counts)
 
     async def getbalance(self) -> float:
         reply = await self._call("res.php", "res_getbalance", {"action": "getbalance"})
-        try:
-            return float(reply.request)
-        except ValueError:
-            raise api_error(Code.NON_JSON, "res_getbalance", "balance is not a number") from None
+        balance = v1_client.balance_of(reply)
+        if balance is None:
+            raise api_error(Code.NON_JSON, "res_getbalance", "balance is not a number")
+        return balance
 
     async def reportbad(self, captcha_id: str) -> None:
         await self._call("res.php", "res_reportbad", {"action": "reportbad", "id": captcha_id})
@@ -562,7 +527,7 @@ class CaptchaAI:
                 await self._wait_for_poll(wait, deadline, p.sleep)
             p.stats.polls += 1
             try:
-                answer = await self.get(captcha_id, p.stats, retry=False)
+                answer = await self.get(captcha_id, p.stats, retry=False, with_user_agent=p.with_user_agent)
             except TransientError:
                 failed += 1
                 blurred = True
@@ -616,6 +581,10 @@ class _Solve:
     stats: SolveStats
     sleep: Sleep
     hurry: Hurry | None
+
+    @property
+    def with_user_agent(self) -> bool:
+        return self.kind.shape is methods.AnswerShape.TOKEN_WITH_UA
 
 
 def _is_api_error(answer: Answer) -> bool:

@@ -1,6 +1,6 @@
 """The CaptchaAI v1 wire protocol, server side: reading ``in.php`` / ``res.php`` / ``solve.php`` requests and
 writing their replies. It holds no state, so anything that speaks the protocol to clients (this simulator, a
-CaptchaAI-compatible gateway) can use it.
+CaptchaAI-compatible gateway) can use it; :mod:`.v1_client` reads the replies back (the API client).
 
 Requests
     :func:`read_request` merges the query string with the body, the body winning: a form
@@ -29,6 +29,9 @@ Replies (HTTP 200, as on the real service; JSON as ``application/json``, plain t
 The shape of ``<answer>`` per kind (``methods.Answer``): text, an opaque token, a JSON object string (GeeTest),
 a JSON array string of 1-based cells (grid, BLS). The plain form keeps the answer first, so a client that reads
 ``split("|")[1]`` gets the token; tokens never contain ``|``.
+
+Reading these replies back is :mod:`.v1_client`'s (the client side); ``tests/test_protocol_v1.py`` reads every
+reply above back to the value it was written from.
 """
 
 from __future__ import annotations
