@@ -319,3 +319,109 @@ def test_a_concurrency_that_does_not_divide_the_threads_leaves_threads_idle() ->
     assert (r.concurrency, r.max_replicas, r.prediction.threads) == (7, 2, 14)
     assert r.prediction.p95_wait_s == planner.predict(w, 14).p95_wait_s > planner.predict(w, 15).p95_wait_s
     assert "1 threads never used" in planner.report(rec)
+
+
+# -- overflow instead of a bigger plan ------------------------------------------------------------------------------
+SMALL, BIG = Plan("SMALL", 10, 20.0), Plan("BIG", 20, 30.0)  # two SMALL cost more than one BIG
+MONTH_H = planner.MONTH_S / 3600  # hours in the planner's month (30 days)
+
+
+def test_serves_within_is_the_largest_rate_that_meets_the_target() -> None:
+    w = exponential(1.0, 10.0)
+    s = planner.serves_within(w, 10, 30.0)
+    assert 0 < s < 10 / 10.0  # below the threads' capacity T / E[S]
+    assert planner.predict(exponential(s, 10.0), 10).p95_wait_s <= 30.0 < \
+        planner.predict(exponential(s * 1.001, 10.0), 10).p95_wait_s
+
+
+def test_a_smaller_plan_plus_overflow_is_priced_on_the_excess_it_cannot_serve() -> None:
+    w = exponential(1.5, 10.0)  # 15 threads busy on average: SMALL cannot, BIG can
+    rec = planner.recommend(w, 30.0, (SMALL, BIG))
+    assert [r.plan for r in rec.releases] == [BIG] and rec.monthly_price == 30.0
+    s = planner.serves_within(w, 10, 30.0)
+    base = 0.2 * s  # outside the peak SMALL serves everything: no overflow then
+    c = planner.compare_overflow(rec, {"turnstile": 2.0}, planner.Peak(2.0, base), (SMALL, BIG))
+    assert c.best is not None and c.best.plans == (SMALL,) and c.price_per_1000 == 2.0
+    solves = (1.5 - s) * 3600 * 2.0 * 30  # the excess rate, 2 h a day, 30 days
+    assert c.best.overflow_per_month == pytest.approx(solves)
+    assert c.best.overflow_monthly == pytest.approx(solves * 2.0 / 1000)
+    assert c.best.total_monthly == pytest.approx(20.0 + solves * 2.0 / 1000)
+    assert c.cheaper is (c.best.total_monthly < 30.0)
+    even = c.break_even_hours(w)
+    assert even is not None
+    at_even = planner.compare_overflow(rec, {"*": 2.0}, planner.Peak(even, base), (SMALL, BIG))
+    assert at_even.best is not None and at_even.best.total_monthly == pytest.approx(30.0)
+    flat = planner.compare_overflow(rec, {"*": 2.0}, planner.Peak(24.0, 1.5), (SMALL, BIG))
+    assert flat.best is not None and flat.best.overflow_per_month == pytest.approx((1.5 - s) * 3600 * MONTH_H)
+
+
+def test_a_combination_serves_what_its_most_loaded_release_can_under_the_split_by_threads() -> None:
+    w = exponential(4.5, 10.0)  # 45 busy
+    plans = (Plan("S", 10, 20.0), Plan("M", 30, 45.0), Plan("H", 100, 1000.0))
+    rec = planner.recommend(w, 30.0, plans)
+    c = planner.compare_overflow(rec, {"*": 1.0}, planner.Peak(24.0, 4.5), plans)
+    assert c.best is not None
+    for combo in [c.best.plans, (plans[0], plans[1])]:  # the best, and a mixed one priced the same way
+        threads = sum(p.threads for p in combo)
+        serves = min(planner.serves_within(w, planner.concurrency_for(p.threads) * (p.threads //
+                                           planner.concurrency_for(p.threads)), 30.0) * threads / p.threads
+                     for p in combo)
+        if combo == c.best.plans:
+            assert c.best.serves_per_s == pytest.approx(serves)
+        assert planner._releases(w.split(serves * 0.999 / w.rate_per_s), combo, 30.0, None) is not None
+        assert planner._releases(w.split(serves * 1.001 / w.rate_per_s), combo, 30.0, None) is None
+
+
+def test_no_smaller_plan_and_prices_parsed() -> None:
+    w = exponential(0.1, 10.0)
+    rec = planner.recommend(w, 30.0, (SMALL, BIG))
+    assert planner.compare_overflow(rec, {"*": 1.0}, planner.Peak(24.0, 0.1), (SMALL, BIG)).best is None
+    assert planner.parse_prices(["1.45"]) == {"*": 1.45}
+    assert planner.parse_prices(["turnstile=1.45,recaptcha_v2=2.99"]) == {"turnstile": 1.45, "recaptcha_v2": 2.99}
+    for bad in ("x", "turnstile=-1", "turnstile=nan"):
+        with pytest.raises(ValueError, match="--overflow-price"):
+            planner.parse_prices([bad])
+    with pytest.raises(ValueError, match="no price for recaptcha_v2"):
+        planner.mix_price_per_1000(planner.from_methods(1.0, planner.parse_mix(MIX)), {"turnstile": 1.0})
+    mixed = planner.mix_price_per_1000(planner.from_methods(1.0, planner.parse_mix(MIX)),
+                                       {"turnstile": 1.0, "recaptcha_v2": 3.0})
+    assert mixed == pytest.approx(0.7 * 1.0 + 0.3 * 3.0)
+
+
+def test_cli_overflow_text_and_json_agree() -> None:
+    args = ["plan", "--rate", "3000/h", "--mix", MIX, "--overflow-price", "1.45", "--peak-hours", "0.25",
+            "--base", "1000/h"]
+    text = run_cli(*args)
+    data = json.loads(run_cli(*args, "--json").stdout)["overflow"]
+    assert text.returncode == 0, text.stderr
+    s = data["smaller"]
+    assert (data["cheaper"], s["plans"], data["peak_plan_monthly"]) == ("overflow", ["STANDARD"], 60.0)
+    assert f"+ overflow {s['overflow_solves_per_month']:,.0f} solves/month ({s['overflow_monthly']:.2f}/month) = " \
+           f"{s['total_monthly']:.2f}/month" in text.stdout
+    assert f"by {60.0 - s['total_monthly']:.2f}/month (break-even at {data['break_even_peak_hours']:.1f} h" \
+        in text.stdout
+    assert "overflow" not in json.loads(run_cli("plan", "--rate", "3000/h", "--mix", MIX, "--json").stdout)
+
+
+@pytest.mark.parametrize("args", [
+    ["--base", "10/h"], ["--peak-hours", "2"], ["--overflow-price", "cheap"],
+    ["--overflow-price", "1", "--peak-hours", "0"], ["--overflow-price", "1", "--peak-hours", "25"],
+    ["--overflow-price", "1", "--base", "5000/h"], ["--overflow-price", "turnstile=1"],
+])
+def test_bad_overflow_arguments_are_one_line_and_exit_2(args: list[str]) -> None:
+    proc = run_cli("plan", "--rate", "3000/h", "--mix", MIX, *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("captcha-worker plan: "), proc.stderr
+
+
+def test_the_operations_guide_shows_what_the_overflow_comparison_prints() -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    cmd = ("captcha-worker plan --rate 3000/h --mix turnstile=0.7,recaptcha_v2=0.3 --p95-wait 30s --overflow-price "
+           "1.45 --peak-hours 0.25 --base 1000/h")
+    shown = doc.split(f"$ {cmd}\n")[1].split("\n```")[0].splitlines()
+    out = run_cli(*cmd.split()[1:]).stdout.splitlines()
+    heads = ("plan ", "overflow ", "  peak", "  smaller", "  cheaper")
+    assert shown == [line for line in out if line.startswith(heads)]
+    hour = run_cli(*cmd.replace("--peak-hours 0.25", "--peak-hours 1").split()[1:]).stdout
+    assert "= 87.71/month" in hour and "cheaper     the peak plan" in hour
+    assert "costs 87.71/month with overflow, and the second plan is cheaper" in " ".join(doc.split())

@@ -603,6 +603,7 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         else:
             raise UsageError("give --rate RATE --mix KIND=SHARE,... or --from-prometheus URL")
         rec = planner.recommend(workload, target, plans, ns.concurrency)
+        overflow = _plan_overflow(ns, rec, plans)
     except OSError as exc:
         print(f"captcha-worker plan: Prometheus at {redact_url(ns.from_prometheus)} unreachable "
               f"({type(exc).__name__})", file=sys.stderr)
@@ -612,8 +613,25 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         return EXIT_FAIL
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    print(json.dumps(planner.as_dict(rec)) if ns.json else planner.report(rec))
+    print(json.dumps(planner.as_dict(rec, overflow)) if ns.json else planner.report(rec, overflow))
     return EXIT_OK
+
+
+def _plan_overflow(ns: argparse.Namespace, rec: planner.Recommendation,
+                   plans: Sequence[planner.Plan]) -> planner.OverflowComparison | None:
+    """`--overflow-price` (with `--peak-hours`, `--base`): the peak's plan against a smaller one + overflow."""
+    if not ns.overflow_price:
+        if ns.base or ns.peak_hours is not None:
+            raise UsageError("--base and --peak-hours go with --overflow-price")
+        return None
+    hours = 24.0 if ns.peak_hours is None else ns.peak_hours
+    if not 0 < hours <= 24:
+        raise UsageError(f"--peak-hours must be more than 0 and at most 24, got {hours:g}")
+    base = planner.parse_rate(ns.base) if ns.base else rec.workload.rate_per_s
+    if base > rec.workload.rate_per_s:
+        raise UsageError("--base is the load outside the peak: at most the peak's --rate")
+    return planner.compare_overflow(rec, planner.parse_prices(ns.overflow_price), planner.Peak(hours, base), plans,
+                                    ns.concurrency)
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -803,6 +821,11 @@ def _add_plan_command(sub: Subparsers) -> None:
     p.add_argument("--plan", action="append", default=[], metavar="NAME=THREADS:PRICE",
                    help="replace the plan table (repeatable; default STANDARD=15:30, ADVANCE=50:90, PREMIUM=100:170)")
     p.add_argument("--concurrency", type=int, help="worker.concurrency (default: derived from the threads)")
+    p.add_argument("--overflow-price", action="append", default=[], metavar="[KIND=]PER_1000",
+                   help="the providers' price of 1,000 solves (one for every kind, or per kind; repeatable): also "
+                        "compare the plan for the peak with a smaller plan + overflow for what it cannot serve")
+    p.add_argument("--peak-hours", type=float, help="with --overflow-price: hours a day at --rate (default 24)")
+    p.add_argument("--base", help="with --overflow-price: the rate the rest of the day (default --rate)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_plan)
 

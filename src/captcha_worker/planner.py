@@ -224,6 +224,122 @@ def recommend(w: Workload, target_p95_s: float, plans: Sequence[Plan] = PLANS,
     return Recommendation(w, target_p95_s, threads_needed(w, target_p95_s), best[3], single)
 
 
+# -- overflow instead of a bigger plan ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Peak:
+    """When the modelled rate (``--rate``) is the peak: it lasts `hours` a day, the rest of the day runs at
+    `base_rate_per_s` (``--base``, ``--peak-hours``; the default is a flat load, the peak all day)."""
+
+    hours: float
+    base_rate_per_s: float
+
+
+@dataclass(frozen=True)
+class OverflowOption:
+    """A plan (or combination) smaller than the peak's, with what it cannot serve within the target sent to the
+    per-solve providers: `serves_per_s` is the most it serves within the p95 target, the excess at the providers'
+    price (the work of routing on a deadline, ``deadline``)."""
+
+    plans: tuple[Plan, ...]
+    serves_per_s: float
+    overflow_per_month: float  # solves
+    overflow_monthly: float  # money
+
+    @property
+    def plan_monthly(self) -> float:
+        return sum(p.monthly_price for p in self.plans)
+
+    @property
+    def total_monthly(self) -> float:
+        return self.plan_monthly + self.overflow_monthly
+
+
+@dataclass(frozen=True)
+class OverflowComparison:
+    price_per_1000: float  # the mix's price at the providers
+    peak: Peak
+    peak_monthly: float  # the recommendation's plan(s), sized for the peak
+    best: OverflowOption | None  # the cheapest smaller plan + overflow; None: no plan is smaller
+
+    @property
+    def cheaper(self) -> bool:
+        return self.best is not None and self.best.total_monthly < self.peak_monthly
+
+    def break_even_hours(self, w: Workload) -> float | None:
+        """The hours of peak a day at which `best` costs what the peak's plan does (None: no such hours)."""
+        b = self.best
+        if b is None:
+            return None
+        per_hour = (max(0.0, w.rate_per_s - b.serves_per_s) - max(0.0, self.peak.base_rate_per_s - b.serves_per_s)) \
+            * 3600 * MONTH_S / 86400 * self.price_per_1000 / 1000  # the overflow cost of one more hour of peak a day
+        flat = b.plan_monthly + b.overflow_monthly - per_hour * self.peak.hours  # what a day without peak costs
+        if per_hour <= 0:
+            return None
+        hours = (self.peak_monthly - flat) / per_hour
+        return hours if 0 <= hours <= 24 else None
+
+
+def serves_within(w: Workload, threads: int, target_s: float) -> float:
+    """The largest arrival rate (per s) of `w`'s mix that `threads` serve within the p95 target (bisection)."""
+    lo, hi = 0.0, threads / w.mean_s
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if predict(Workload(mid, w.kinds, w.source), threads).p95_wait_s <= target_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def mix_price_per_1000(w: Workload, prices: Mapping[str, float]) -> float:
+    """The providers' price of 1,000 solves of `w`'s mix (`prices` per kind; "*" for any kind)."""
+    missing = [k.kind for k in w.kinds if k.kind not in prices and "*" not in prices]
+    if missing:
+        raise ValueError(f"--overflow-price has no price for {', '.join(missing)}")
+    return sum(k.share * prices.get(k.kind, prices.get("*", 0.0)) for k in w.kinds)
+
+
+def compare_overflow(rec: Recommendation, prices: Mapping[str, float], peak: Peak,
+                     plans: Sequence[Plan] = PLANS, concurrency: int | None = None) -> OverflowComparison:
+    """Plan sized for the peak (`rec`) against each cheaper plan (or combination, as ``recommend`` builds them) plus
+    overflow for what it cannot serve within the target, at every hour (the peak's `hours` a day at the peak rate,
+    the rest at the base); the cheapest of those is `best`."""
+    w, price = rec.workload, mix_price_per_1000(rec.workload, prices)
+    month_days = MONTH_S / 86400
+    serves_of: dict[Plan, float] = {}
+    for plan in plans:
+        conc = min(concurrency, plan.threads) if concurrency else concurrency_for(plan.threads)
+        serves_of[plan] = serves_within(w, plan.threads // conc * conc, rec.target_p95_s)
+    options = []
+    for combo in _candidates(plans):
+        if sum(p.monthly_price for p in combo) >= rec.monthly_price:
+            continue
+        # one release per plan, the traffic split by threads as ``recommend`` splits it: the rate the combination
+        # serves is the one at which its most loaded release reaches the target
+        threads = sum(p.threads for p in combo)
+        serves = min(serves_of[p] * threads / p.threads for p in combo)
+        excess = (max(0.0, w.rate_per_s - serves) * peak.hours
+                  + max(0.0, peak.base_rate_per_s - serves) * (24 - peak.hours)) * 3600 * month_days
+        options.append(OverflowOption(combo, serves, excess, excess * price / 1000))
+    best = min(options, key=lambda o: (o.total_monthly, len(o.plans)), default=None)
+    return OverflowComparison(price, peak, rec.monthly_price, best)
+
+
+def parse_prices(specs: Sequence[str]) -> dict[str, float]:
+    """``--overflow-price``: ``PER_1000`` (every kind) or ``KIND=PER_1000`` pairs (repeatable, comma-separated)."""
+    prices: dict[str, float] = {}
+    for spec in (s.strip() for text in specs for s in text.split(",") if s.strip()):
+        kind, _, value = spec.rpartition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(f"--overflow-price {spec!r}: expected PER_1000 or KIND=PER_1000, e.g. turnstile=1.45")
+        prices[kind or "*"] = number
+    return prices
+
+
 # -- workloads ----------------------------------------------------------------------------------------------
 def _phi(z: float) -> float:
     return math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
@@ -400,7 +516,7 @@ def _release_text(r: Release) -> str:
             f"P(wait) {100 * p.p_wait:.0f} %, mean wait {_seconds(p.mean_wait_s)}, p95 wait {_seconds(p.p95_wait_s)}")
 
 
-def report(rec: Recommendation) -> str:
+def report(rec: Recommendation, overflow: OverflowComparison | None = None) -> str:
     w = rec.workload
     lines = [
         f"workload      {w.rate_per_s * 3600:.0f} tasks/h ({w.rate_per_s:.2f}/s): {_mix_text(w)}",
@@ -420,14 +536,39 @@ def report(rec: Recommendation) -> str:
                      "the traffic in these shares")
         lines.append(f"one release   {_release_text(rec.single)}, {rec.single.plan.monthly_price:g}/month"
                      if rec.single else "one release   no single plan in the table meets the target")
+    if overflow is not None:
+        lines += _overflow_lines(rec, overflow)
     lines.append("")
     lines.append("\n---\n".join(values_snippet(rec, r, i) for i, r in enumerate(rec.releases)).rstrip())
     return "\n".join(lines)
 
 
-def as_dict(rec: Recommendation) -> dict[str, Any]:
+def _overflow_lines(rec: Recommendation, c: OverflowComparison) -> list[str]:
+    w, pk = rec.workload, c.peak
+    load = (f"{w.rate_per_s * 3600:.0f} tasks/h all day" if pk.hours >= 24 else
+            f"{w.rate_per_s * 3600:.0f} tasks/h for {pk.hours:g} h a day, {pk.base_rate_per_s * 3600:.0f} tasks/h "
+            "the rest")
+    lines = [f"overflow      at {c.price_per_1000:.4f} per 1 000 solves (the mix at the providers), {load}",
+             f"  peak plan   {' + '.join(r.plan.name for r in rec.releases)}: {c.peak_monthly:g}/month"]
+    b = c.best
+    if b is None:
+        return [*lines, "  smaller     no plan in the table is cheaper than the peak's"]
+    lines.append(f"  smaller     {' + '.join(p.name for p in b.plans)} {sum(p.threads for p in b.plans)} threads "
+                 f"({b.plan_monthly:g}/month, serves "
+                 f"{b.serves_per_s * 3600:.0f} tasks/h within the target) + overflow {b.overflow_per_month:,.0f} "
+                 f"solves/month ({b.overflow_monthly:.2f}/month) = {b.total_monthly:.2f}/month")
+    verdict = (f"  cheaper     the smaller plan + overflow, by {c.peak_monthly - b.total_monthly:.2f}/month"
+               if c.cheaper else
+               f"  cheaper     the peak plan, by {b.total_monthly - c.peak_monthly:.2f}/month")
+    even = c.break_even_hours(w)
+    if even is not None:
+        verdict += f" (break-even at {even:.1f} h of peak a day)"
+    return [*lines, verdict]
+
+
+def as_dict(rec: Recommendation, overflow: OverflowComparison | None = None) -> dict[str, Any]:
     w = rec.workload
-    return {
+    out = {
         "workload": {"rate_per_hour": w.rate_per_s * 3600, "source": w.source, "mean_service_s": w.mean_s,
                      "scv": w.scv, "load_threads": w.load,
                      "mix": {k.kind: {"share": k.share, "mean_s": k.mean_s, "stddev_s": k.stddev_s}
@@ -440,3 +581,18 @@ def as_dict(rec: Recommendation) -> dict[str, Any]:
                       "mean_wait_s": r.prediction.mean_wait_s, "p95_wait_s": r.prediction.p95_wait_s,
                       "values_yaml": values_snippet(rec, r, i)} for i, r in enumerate(rec.releases)],
     }
+    if overflow is not None:
+        out["overflow"] = _overflow_dict(w, overflow)
+    return out
+
+
+def _overflow_dict(w: Workload, c: OverflowComparison) -> dict[str, Any]:
+    b = c.best
+    return {"price_per_1000": c.price_per_1000, "peak_hours_per_day": c.peak.hours,
+            "base_rate_per_hour": c.peak.base_rate_per_s * 3600, "peak_plan_monthly": c.peak_monthly,
+            "smaller": None if b is None else {
+                "plans": [p.name for p in b.plans], "threads": sum(p.threads for p in b.plans),
+                "plan_monthly": b.plan_monthly, "serves_per_hour": b.serves_per_s * 3600,
+                "overflow_solves_per_month": b.overflow_per_month, "overflow_monthly": b.overflow_monthly,
+                "total_monthly": b.total_monthly},
+            "cheaper": "overflow" if c.cheaper else "peak_plan", "break_even_peak_hours": c.break_even_hours(w)}
