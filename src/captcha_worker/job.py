@@ -45,7 +45,7 @@ from captcha_worker.captchaai import (
 from captcha_worker.codes import Code
 from captcha_worker.config import ProviderConfig, WorkerConfig
 from captcha_worker.log import event
-from captcha_worker.methods import Kind
+from captcha_worker.methods import Answer, Kind
 from captcha_worker.overflow import OverCap, Overflow, PaidSolution
 from captcha_worker.spend import money
 from captcha_worker.store.keys import Text, is_raw_item, item_ref
@@ -328,9 +328,7 @@ class JobRunner:
             return
         finally:
             metrics.IN_FLIGHT.dec()
-        answer = solution.answer
-        result = Result(task.id, Status.SOLVED, solution=answer.request, user_agent=answer.user_agent,
-                        captcha_id=solution.captcha_id)
+        result = solved_result(task, solution.answer, captcha_id=solution.captcha_id)
         await self._finish(job, task, result, solved_at=solution.solved_at)
 
     async def _solve_paid(self, job: Job, task: Task, provider: ProviderConfig) -> None:
@@ -503,12 +501,19 @@ class JobRunner:
         return out if out is not None else ([False] * len(acks), [RecordOutcome.STRAY] * len(records))
 
 
+def solved_result(task: Task, answer: Answer, *, captcha_id: str | None = None, provider: str | None = None,
+                  cost: str | None = None) -> Result:
+    """The one builder of a solved task's Result (``JobRunner._full_result`` adds the job's counts and timings):
+    the answer and its user agent, and where it came from: CaptchaAI's `captcha_id` (reports go there) or an
+    overflow `provider` and its `cost`."""
+    return Result(task.id, Status.SOLVED, solution=answer.request, user_agent=answer.user_agent,
+                  captcha_id=captcha_id, provider=provider, cost=cost)
+
+
 def paid_result(task: Task, paid: PaidSolution) -> Result:
     """A task solved at an overflow provider: its provider and cost, and no captcha id (the provider's id means
     nothing to CaptchaAI, where reports go)."""
-    answer = paid.solution.answer
-    return Result(task.id, Status.SOLVED, solution=answer.request, user_agent=answer.user_agent,
-                  provider=paid.provider, cost=money(paid.cost_micro))
+    return solved_result(task, paid.solution.answer, provider=paid.provider, cost=money(paid.cost_micro))
 
 
 class PendingRecord:
