@@ -177,6 +177,21 @@ def test_check_reads_the_api_settings_by_the_workers_rules(stack: Any, name: str
     assert proc.returncode == 2 and f"configuration error: {refused.value}" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("value", ["0", "ten", "-3"])
+@pytest.mark.parametrize("command", [["limit", "--hold", "10"], ["stats", "--watch", "--count", "1"]])
+def test_the_commands_defaulting_to_captchaai_threads_read_it_by_the_workers_rules(command: list[str],
+                                                                                   value: str) -> None:
+    """`limit` (--threads) and `stats --watch` (--budget) default to CAPTCHAAI_THREADS: a value the worker refuses
+    to start with is a configuration error there too, in one line with the worker's message (before, `limit` had
+    its own message and `stats --watch` dropped the value silently)."""
+    env = {"REDIS_URL": "redis://127.0.0.1:1/0", "CAPTCHAAI_KEY": KEY, "CAPTCHAAI_THREADS": value}
+    with pytest.raises(ConfigError) as refused:
+        WorkerConfig.from_env(env)
+    proc = run_cli(*command, env=env)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"configuration error: {refused.value}" in proc.stderr, proc.stderr
+
+
 def test_producer_commands_on_unreachable_redis_exit_1(stack: Any) -> None:
     with refused_port() as port:
         proc = run_cli("stats", "--redis-url", f"redis://127.0.0.1:{port}/0")

@@ -271,16 +271,25 @@ async def _checks(rc: RedisConfig, queue: str, key: str, api_url: str,
 _HOLDER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
+def _env_threads() -> int | None:
+    """CAPTCHAAI_THREADS by the worker's rules (``config.threads_from_env``), None when unset; what the worker
+    refuses is a configuration error here too, with the worker's message."""
+    try:
+        return threads_from_env(os.environ)
+    except ConfigError as exc:
+        raise UsageError(f"configuration error: {exc}") from None
+
+
 def _limit_args(ns: argparse.Namespace) -> tuple[int, float, str]:
     """--threads (default $CAPTCHAAI_THREADS), --hold, --holder, checked."""
-    text = str(ns.threads if ns.threads is not None else os.environ.get("CAPTCHAAI_THREADS", "")).strip()
-    if not text.isdigit() or int(text) < 1:
+    threads = ns.threads if ns.threads is not None else _env_threads()
+    if threads is None or threads < 1:
         raise UsageError("--threads (or CAPTCHAAI_THREADS) must be an integer >= 1")
     if not 0 < ns.hold <= 86_400:
         raise UsageError("--hold must be > 0 and <= 86400 seconds")
     if not 0 < len(ns.holder) <= 100 or not set(ns.holder) <= _HOLDER_CHARS:
         raise UsageError("--holder must be 1-100 letters, digits, '.', '_' or '-'")
-    return int(text), ns.hold, ns.holder
+    return threads, ns.hold, ns.holder
 
 
 def cmd_limit(ns: argparse.Namespace) -> int:
@@ -414,9 +423,7 @@ def cmd_stats(ns: argparse.Namespace) -> int:
 def _watch(ns: argparse.Namespace) -> int:
     if ns.interval <= 0 or (ns.count is not None and ns.count < 1):
         raise UsageError("--interval must be > 0 and --count >= 1")
-    budget = ns.budget
-    if budget is None and os.environ.get("CAPTCHAAI_THREADS", "").strip().isdigit():
-        budget = int(os.environ["CAPTCHAAI_THREADS"])
+    budget = ns.budget if ns.budget is not None else _env_threads()
     prom = watch.Prometheus(ns.prometheus, ns.matchers) if ns.prometheus else None
     return run_command(watch.run(lambda: _producer(ns), interval_s=ns.interval, budget=budget, prometheus=prom,
                                  count=ns.count))
