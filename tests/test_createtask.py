@@ -268,3 +268,22 @@ async def test_the_key_goes_in_the_body_only(api: JsonApi, mock: aioresponses) -
     mock.post(re.compile(r".*"), callback=record)
     await api.getbalance()
     assert seen == [BALANCE] and KEY not in seen[0]
+
+
+async def test_capsolvers_dialect_sends_its_own_type_names(mock: aioresponses) -> None:
+    async with JsonApi(Secret(KEY), BASE, retry=FAST, poll_scale=1000, http_timeout_s=5, dialect="capsolver") as cs:
+        mock.post(CREATE, payload={"errorId": 0, "taskId": "u-1", "status": "idle"})
+        mock.post(RESULT, payload=READY)
+        assert (await solve(cs)).answer.request == "0.tok"
+        mock.post(CREATE, payload={"errorId": 0, "taskId": "u-2", "status": "idle"})
+        mock.post(RESULT, payload={"errorId": 0, "status": "ready", "solution": {"gRecaptchaResponse": "03A"}})
+        v2 = methods.by_name("recaptcha_v2")
+        got = await cs.solve(v2, "userrecaptcha", {"googlekey": "6Lc", "pageurl": PARAMS["pageurl"]},
+                             deadline=time.time() + 30)
+        assert got.answer.request == "03A"
+        assert [b["task"]["type"] for b in sent(mock, CREATE)] == ["AntiTurnstileTaskProxyLess",
+                                                                   "ReCaptchaV2TaskProxyLess"]
+        with pytest.raises(TaskFailed, match="capsolver names") as err:
+            await cs.solve(methods.by_name("grid"), "base64", {"body": "aGVsbG8=", "grid_size": "3x3"},
+                           deadline=time.time() + 30)
+        assert err.value.code == Code.ERROR_BAD_PARAMETERS and len(sent(mock, CREATE)) == 2, "nothing sent"

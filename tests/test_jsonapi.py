@@ -213,3 +213,44 @@ def test_answer_of_reads_back_every_solution(kind: str) -> None:
     assert jsonapi_tasks.answer_of(k, solution(k, answer)) == answer
     assert jsonapi_tasks.answer_of(k, {"nothing": "here"}) is None
     assert jsonapi_tasks.answer_of(k, "not an object") is None
+
+
+#: CapSolver's type names as json-api.md §2 lists them (docs.capsolver.com)
+CAPSOLVER_TYPES = {"ImageToTextTask", "ReCaptchaV2Task", "ReCaptchaV2TaskProxyLess", "ReCaptchaV2EnterpriseTask",
+                   "ReCaptchaV2EnterpriseTaskProxyLess", "ReCaptchaV3Task", "ReCaptchaV3TaskProxyLess",
+                   "ReCaptchaV3EnterpriseTask", "ReCaptchaV3EnterpriseTaskProxyLess", "AntiTurnstileTaskProxyLess",
+                   "GeeTestTask", "GeeTestTaskProxyLess", "HCaptchaTask", "HCaptchaTaskProxyLess"}
+#: what CapSolver's types carry no field for (the image's options, Turnstile's proxy, user agent and page data)
+CAPSOLVER_DROPS = {"image": {"phrase", "regsense", "calc", "numeric", "min_len", "max_len", "textinstructions"},
+                   "turnstile": {"proxy", "proxytype", "userAgent", "pagedata"}}
+
+
+@pytest.mark.parametrize(("task", "kind", "params"), CASES, ids=[f"{c[0]['type']}-{i}" for i, c in enumerate(CASES)])
+def test_capsolvers_spelling_maps_back_to_the_task(task: dict[str, Any], kind: str, params: dict[str, str]) -> None:
+    """dialect "capsolver": a type of CapSolver's docs, and map_task of it is the task again, less the fields
+    CapSolver's type has none for; a kind its docs name no type for has none (None)."""
+    mapped = map_task(task)
+    assert isinstance(mapped, Mapped)
+    kind_name = (methods.kind_of(mapped.method, mapped.params) or methods.by_name(kind)).name
+    sent = jsonapi_tasks.to_task(mapped.method, mapped.params, "capsolver")
+    assert (sent is not None) is jsonapi_tasks.has_type("capsolver", kind_name) \
+        is (kind_name in jsonapi_tasks.CAPSOLVER_KINDS)
+    if sent is None:
+        return
+    assert sent["type"] in CAPSOLVER_TYPES, sent
+    again = map_task(sent)
+    assert isinstance(again, Mapped), (sent, again)
+    drops = CAPSOLVER_DROPS.get(kind_name, set())
+    assert again.method == mapped.method
+    assert again.params == {k: v for k, v in mapped.params.items() if k not in drops}, sent
+
+
+def test_capsolver_turnstile_metadata_and_hcaptcha_proxy() -> None:
+    ts = jsonapi_tasks.to_task("turnstile", {"sitekey": "0x4", "pageurl": PAGE, "action": "login", "data": "cd",
+                                             "proxy": "10.0.0.1:80"}, "capsolver")
+    assert ts == {"type": "AntiTurnstileTaskProxyLess", "websiteURL": PAGE, "websiteKey": "0x4",
+                  "metadata": {"action": "login", "cdata": "cd"}}
+    hc = jsonapi_tasks.to_task("hcaptcha", {"sitekey": "k", "pageurl": PAGE}, "capsolver")
+    assert hc == {"type": "HCaptchaTaskProxyLess", "websiteURL": PAGE, "websiteKey": "k"}
+    assert jsonapi_tasks.to_task("grid", {"body": "aGVsbG8=", "grid_size": "3x3"}, "capsolver") is None
+    assert not jsonapi_tasks.has_type("capsolver", "grid") and jsonapi_tasks.has_type("standard", "grid")

@@ -143,3 +143,17 @@ def test_cli_prints_one_line_and_exits_2_without_the_key() -> None:
     assert res.returncode == 2, res.stderr
     assert "price_per_1000.turnstile must be a number" in res.stderr and PKEY not in res.stderr + res.stdout
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_createtask_providers_dialect() -> None:
+    ct = provider(name="capsolver", protocol="createTask", kinds=["turnstile", "grid"],
+                  price_per_1000={"turnstile": 1.2, "grid": 1.0})
+    plain = providers_from_env({"PROVIDERS": doc(ct)})
+    cs = providers_from_env({"PROVIDERS": doc({**ct, "dialect": "capsolver"})})
+    assert plain is not None and plain.providers[0].dialect == "standard"
+    assert cs is not None and cs.providers[0].dialect == "capsolver"  # grid listed: not routed (overflow)
+    for bad, message in (({**ct, "dialect": "CapSolver"}, "dialect must be one of standard, capsolver"),
+                         ({**ct, "dialect": 1}, "dialect must be one of"),
+                         (provider(dialect="capsolver"), "dialect is for a createTask provider")):
+        with pytest.raises(ConfigError, match=message):
+            providers_from_env({"PROVIDERS": doc(bad)})

@@ -466,8 +466,10 @@ PROVIDER_PROTOCOLS = ("res.php", "createTask")
 _PROVIDER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,31}$")
 _KIND_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,39}$")
 _PROVIDER_FIELDS = frozenset({"name", "protocol", "url", "key", "key_file", "kinds", "price_per_1000",
-                              "concurrency", "refund_unsolvable"})
+                              "concurrency", "refund_unsolvable", "dialect"})
 _MAX_PROVIDERS = 32
+#: a createTask provider's spelling of the task types: Anti-Captcha's and CapMonster Cloud's, or CapSolver's
+PROVIDER_DIALECTS = ("standard", "capsolver")
 _MAX_PRICE_PER_1000 = Decimal(1_000_000)
 _MICRO = 1_000_000
 
@@ -487,6 +489,9 @@ class ProviderConfig:
     #: UNSOLVABLE is refunded by the provider (settled at 0); PROVIDERS' default: true for res.php (2captcha refunds
     #: it), false for createTask (Anti-Captcha charges it; CapSolver and CapMonster Cloud do not say)
     refund_unsolvable: bool = True
+    #: a createTask provider's spelling of the task types: "standard" (Anti-Captcha, CapMonster Cloud) or
+    #: "capsolver" (``protocols.jsonapi_tasks.to_capsolver``)
+    dialect: str = "standard"
 
     def price_micro(self, kind: str) -> int:
         """The price of one solve of `kind` in micro-units (KeyError: not one of its kinds)."""
@@ -599,7 +604,18 @@ def _provider(item: object, i: int) -> ProviderConfig:
     if not isinstance(refund, bool):
         raise ConfigError(f"{at}.refund_unsolvable must be true or false")
     return ProviderConfig(name, str(protocol), str(url).rstrip("/"), Secret(key), key_file, tuple(kinds),
-                          price_micro, concurrency, refund)
+                          price_micro, concurrency, refund, _dialect(item, str(protocol), at))
+
+
+def _dialect(item: dict[str, object], protocol: str, at: str) -> str:
+    """A createTask provider's ``dialect``: its spelling of the task types (default "standard"). The kinds a
+    dialect has no type for are not routed to it (``overflow.Overflow.provider_for``)."""
+    dialect = item.get("dialect", "standard")
+    if dialect not in PROVIDER_DIALECTS:
+        raise ConfigError(f"{at}.dialect must be one of {', '.join(PROVIDER_DIALECTS)}")
+    if dialect != "standard" and protocol != "createTask":
+        raise ConfigError(f"{at}.dialect is for a createTask provider")
+    return str(dialect)
 
 
 def _provider_key(item: dict[str, object], at: str) -> tuple[str, str | None]:

@@ -88,8 +88,11 @@ class JsonApi:
     """One provider's JSON API, one aiohttp session. Use as ``async with JsonApi(...) as api``."""
 
     def __init__(self, key: Secret, base_url: str, *, http_timeout_s: float = 30.0, poll_timeout_s: float = 5.0,
-                 retry: RetryPolicy | None = None, poll_scale: float = 1.0, max_connections: int = 100) -> None:
+                 retry: RetryPolicy | None = None, poll_scale: float = 1.0, max_connections: int = 100,
+                 dialect: str = "standard") -> None:
+        """`dialect`: the provider's spelling of the task types (``jsonapi_tasks.DIALECTS``)."""
         self._key = key
+        self.dialect = dialect
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.poll_scale = poll_scale
@@ -223,9 +226,10 @@ class JsonApi:
         provider's task id as soon as createTask answers. UNSOLVABLE is resubmitted `unsolvable_retries` times.
         Raises TaskFailed, FatalApiError, TransientError (MaybeCharged for a lost createTask reply), SolveTimeout."""
         stats = stats if stats is not None else SolveStats()
-        task = to_task(method, params)
+        task = to_task(method, params, self.dialect)
         if task is None:
-            raise TaskFailed(Code.ERROR_BAD_PARAMETERS, "create_task", f"no JSON-API task type for {kind.name}")
+            raise TaskFailed(Code.ERROR_BAD_PARAMETERS, "create_task",
+                             f"no JSON-API task type for {kind.name} ({self.dialect} names)")
         for round_ in range(unsolvable_retries + 1):
             try:
                 answer = await self._round(kind, task, deadline, stats, sleep=sleep, on_submit=on_submit)

@@ -58,6 +58,7 @@ from captcha_worker.connection import Client
 from captcha_worker.createtask import JsonApi
 from captcha_worker.keyfile import KeyFileWatcher, watch_key_file
 from captcha_worker.log import event
+from captcha_worker.protocols.jsonapi_tasks import has_type
 from captcha_worker.spend import MICRO, Cap, Reservation, Spend
 
 #: rounds tried under new reservation ids when an id is already taken (a retried or resumed task)
@@ -109,8 +110,10 @@ class Overflow:
         self.cap = Cap(hour=config.cap_hour_micro, day=config.cap_day_micro)
 
     def provider_for(self, kind: str) -> ProviderConfig | None:
-        """The first provider (in the configured order) with an open client that takes `kind`, or None."""
-        return next((p for p in self.config.providers if kind in p.kinds and p.name in self.clients), None)
+        """The first provider (in the configured order) with an open client that takes `kind`, or None (a
+        ``createTask`` provider takes only the kinds its ``dialect`` has a task type for)."""
+        return next((p for p in self.config.providers if kind in p.kinds and p.name in self.clients
+                     and (p.protocol != "createTask" or has_type(p.dialect, kind))), None)
 
     async def solve(self, task_id: str, provider: ProviderConfig, kind: methods.Kind, method: str,
                     params: Mapping[str, str], *, deadline: float, unsolvable_retries: int = 1,
@@ -218,6 +221,10 @@ class ProviderPool:
         for p in self.config.providers:
             log.add_secret(p.key.value)
             self.clients[p.name] = await self._stack.enter_async_context(self._client(p))
+            lacking = [k for k in p.kinds if p.protocol == "createTask" and not has_type(p.dialect, k)]
+            if lacking:  # listed, but the provider's spelling has no type for them: never routed there
+                event(_log, "provider_kinds_not_routed", logging.WARNING, provider=p.name, dialect=p.dialect,
+                      kinds=lacking)
         metrics.SPEND_CAP.labels("hour").set(self.config.cap_hour_micro / MICRO)
         metrics.SPEND_CAP.labels("day").set(self.config.cap_day_micro / MICRO)
         await self.poll_spend()  # read before any balance: a scrape never shows a provider's balance beside spend 0
@@ -235,7 +242,7 @@ class ProviderPool:
         if p.protocol == "createTask":
             return JsonApi(p.key, p.url, http_timeout_s=cfg.http_timeout_seconds,
                            poll_timeout_s=cfg.http_poll_timeout_seconds, retry=retry, poll_scale=scale,
-                           max_connections=p.concurrency)
+                           max_connections=p.concurrency, dialect=p.dialect)
         return CaptchaAI(p.key, p.url, http_timeout_s=cfg.http_timeout_seconds,
                          poll_timeout_s=cfg.http_poll_timeout_seconds, retry=retry, poll_scale=scale,
                          max_connections=p.concurrency, paid=True)

@@ -14,7 +14,8 @@ kinds (``map_task(..., foreign=True)``: the simulator's per-solve profiles, :dat
 
 The other way, for the ``createTask`` client (``captcha_worker.createtask``): :func:`to_task` is a queued task's
 ``task`` object (Anti-Captcha's and CapMonster Cloud's type names: the ``...Proxyless`` type without a proxy, the
-flat proxy fields with one) and :func:`answer_of` reads a ``solution`` back into the answer res.php would give.
+flat proxy fields with one; ``dialect="capsolver"``: CapSolver's, :func:`to_capsolver`) and :func:`answer_of`
+reads a ``solution`` back into the answer res.php would give.
 ``map_task(to_task(method, params))`` is the task again (tests/test_jsonapi.py checks every type both ways).
 """
 
@@ -388,9 +389,11 @@ def _object(text: str) -> dict[str, object]:
 
 
 # -- the other way: a queued task -> a task object, a solution -> the answer (the createTask client) ---------------
-def to_task(method: str, params: Mapping[str, str]) -> dict[str, object] | None:
+def to_task(method: str, params: Mapping[str, str], dialect: str = "standard") -> dict[str, object] | None:
     """The ``task`` object of a queued task (CaptchaAI's `method` and `params`), or None for a kind no JSON-API type
-    takes (BLS). Params without a JSON-API field are left out; a proxy makes the type the one with a proxy."""
+    takes (BLS) or the `dialect` has no type for. Params without a JSON-API field are left out; a proxy makes the
+    type the one with a proxy. ``standard``: Anti-Captcha's and CapMonster Cloud's names; ``capsolver``: CapSolver's
+    (:func:`to_capsolver`)."""
     p = methods.canonical(method, params)
     kind = methods.kind_of(method, p) or methods.foreign_kind(method)
     if kind is None:
@@ -399,12 +402,43 @@ def to_task(method: str, params: Mapping[str, str]) -> dict[str, object] | None:
     if build is None:
         return None
     name, fields = build(p)
+    if dialect == "capsolver":
+        return to_capsolver(kind.name, name, fields, _proxy_fields(p))
     if kind.name in _NO_PROXY:
         return {"type": name, **fields}
     proxy = _proxy_fields(p)
     if proxy or kind.name in _PROXY_REQUIRED:
         return {"type": name, **fields, **proxy}
     return {"type": f"{name}Proxyless", **fields}
+
+
+#: the kinds CapSolver's docs give a type for (docs/operations.md; json-api.md §2): reCAPTCHA ``ReCaptcha...``,
+#: ``...ProxyLess``, Turnstile ``AntiTurnstileTaskProxyLess`` (no proxy type) with ``metadata``, the image
+#: ``ImageToTextTask`` (``body`` only); GeeTest and hCaptcha under the standard names with ``ProxyLess``
+CAPSOLVER_KINDS: Final = frozenset({"image", "recaptcha_v2", "recaptcha_v2_enterprise", "recaptcha_v3",
+                                    "recaptcha_v3_enterprise", "turnstile", "geetest", "geetest_v4", "hcaptcha"})
+
+
+def to_capsolver(kind: str, name: str, fields: Mapping[str, object],
+                 proxy: Mapping[str, object]) -> dict[str, object] | None:
+    """A standard task (its type's `name`, `fields`, the flat `proxy` fields) in CapSolver's spelling; None for a kind
+    CapSolver's docs give no type for. Turnstile goes without its proxy (CapSolver has only the proxyless type and
+    ignores a custom userAgent)."""
+    if kind not in CAPSOLVER_KINDS:
+        return None
+    if kind == "image":
+        return {"type": name, "body": fields["body"]}
+    if kind == "turnstile":
+        meta = {k: v for k, v in (("action", fields.get("action")), ("cdata", fields.get("cData"))) if v}
+        site = {k: fields[k] for k in ("websiteURL", "websiteKey") if k in fields}
+        return {"type": "AntiTurnstileTaskProxyLess", **site, **({"metadata": meta} if meta else {})}
+    name = name.replace("Recaptcha", "ReCaptcha")
+    return {"type": name, **fields, **proxy} if proxy else {"type": f"{name}ProxyLess", **fields}
+
+
+def has_type(dialect: str, kind: str) -> bool:
+    """A task of `kind` has a JSON-API type in `dialect` (``config.PROVIDER_DIALECTS``)."""
+    return kind in _TO_TASK and (dialect != "capsolver" or kind in CAPSOLVER_KINDS)
 
 
 def _fields(p: Mapping[str, str], names: Mapping[str, str], *, flags: tuple[str, ...] = (),
