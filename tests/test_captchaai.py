@@ -180,6 +180,21 @@ async def test_a_paid_in_php_that_may_have_been_charged_is_never_resent(mock: ai
     assert isinstance(err.value, TransientError) and KEY not in str(err.value)
 
 
+@pytest.mark.parametrize("reply", [{"payload": {"status": 1, "request": "no id!"}}, {"body": "OK|"},
+                                   {"payload": {"status": 1, "request": ""}}])
+async def test_a_paid_in_php_success_without_a_usable_id_is_maybe_charged(mock: aioresponses,
+                                                                          reply: dict[str, object]) -> None:
+    """A paid in.php that answered OK without an id the client can poll: the provider may have created (and
+    charged) a task, and with no id no on_submit marks it submitted, so overflow would settle it at 0: it is
+    MaybeCharged (settled at the price), as createTask's success without a usable taskId, and never resent."""
+    async with CaptchaAI(Secret(KEY), BASE, retry=FAST, poll_scale=1000, paid=True) as paid:
+        mock.post(IN, **reply)
+        mock.post(IN, payload={"status": 1, "request": "7"})
+        with pytest.raises(MaybeCharged):
+            await paid.submit("turnstile", {"sitekey": "s", "pageurl": "p"})
+    assert sum(len(c) for (m, u), c in mock.requests.items() if "in.php" in str(u)) == 1
+
+
 async def test_a_paid_in_php_refused_or_never_sent_is_retried(mock: aioresponses) -> None:
     conn_key = aiohttp.client_reqrep.ConnectionKey("api.test", 80, False, True, None, None, None)
     async with CaptchaAI(Secret(KEY), BASE, retry=FAST, poll_scale=1000, paid=True) as paid:

@@ -352,6 +352,8 @@ class CaptchaAI:
             raw = fields.pop("file")
             file = ("captcha.png", _b64decode(raw))
         reply = await self._call("in.php", "in", fields, file=file, stats=stats)
+        if self.paid and not CAPTCHA_ID_RE.fullmatch(reply.request):  # no id to poll, nor to count the charge by
+            raise MaybeCharged(Code.NON_JSON, "in", "a success without a usable id: the task may have been created")
         return reply.request
 
     async def get(self, captcha_id: str, stats: SolveStats | None = None, *, retry: bool = True,

@@ -21,7 +21,8 @@ any other error after an id                    left to expire: charged at the pr
 ``refund_unsolvable`` defaults by protocol (config.py): true for ``res.php`` (2captcha refunds UNSOLVABLE), false
 for ``createTask`` (Anti-Captcha charges it; CapSolver and CapMonster Cloud do not say: counted as spent). A
 submission whose request went out without a readable reply (a timeout, a reset, HTTP 5xx, a body that is not the
-protocol) is never resent by the client (``CaptchaAI(paid=True)``, ``JsonApi``): ``MaybeCharged``.
+protocol, a success without a usable id) is never resent by the client (``CaptchaAI(paid=True)``, ``JsonApi``):
+``MaybeCharged``.
 
 A reservation the cap refuses raises :class:`OverCap` before anything is sent to the provider. The worker's job
 (``job.JobRunner._solve_paid``) routes tasks here (docs/operations.md "Cost and overflow"). A provider whose key is
