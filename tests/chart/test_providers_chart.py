@@ -64,7 +64,9 @@ def test_the_rendered_providers_load_as_the_values_say(helm: str, chart: Path, h
                                                             ("turnstile", "hcaptcha"))
     assert dict(two.prices) == {"turnstile": 1450, "hcaptcha": 2990} and two.concurrency == 10
     assert two.key.value == keys["twocaptcha-api-key"] and two.refund_unsolvable
-    assert (cap.protocol, dict(cap.prices), cap.concurrency) == ("createTask", {"turnstile": 1200}, 20)
+    assert (cap.protocol, dict(cap.prices), cap.concurrency, cap.dialect) == ("createTask", {"turnstile": 1200}, 20,
+                                                                              "capsolver")
+    assert two.dialect == "standard" and "dialect" not in json.loads(text)["providers"][0], "left out when unset"
     assert cap.key.value == keys["capsolver-api-key"]
 
 

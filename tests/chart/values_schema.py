@@ -256,6 +256,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
                                  "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1000000}},
                 "concurrency": {"type": "integer", "minimum": 1, "maximum": 1000},
                 "refundUnsolvable": {"type": "boolean"},
+                "dialect": {"type": "string", "enum": ["standard", "capsolver"]},
                 "existingSecret": {"type": "string", "minLength": 1},
                 "existingSecretKey": {"type": "string", "pattern": r"^[-._a-zA-Z0-9]+$"},
             },

@@ -16,6 +16,7 @@
   "key_file" (printf "%s/%s/%s" $dir .name (.existingSecretKey | default "api-key"))
   "concurrency" (int (.concurrency | default 10)) -}}
 {{- if not (kindIs "invalid" .refundUnsolvable) -}}{{- $_ := set $p "refund_unsolvable" .refundUnsolvable -}}{{- end -}}
+{{- if .dialect -}}{{- $_ := set $p "dialect" .dialect -}}{{- end -}}
 {{- $list = append $list $p -}}
 {{- end -}}
 {{- $doc := dict "providers" $list "cap" (dict "hour" .Values.spendCap.hour "day" .Values.spendCap.day) -}}
@@ -72,6 +73,9 @@
 {{- $msgs = append $msgs (printf "providers[%d]: the name %q is used twice." $i $p.name) -}}
 {{- end -}}
 {{- $names = append $names $p.name -}}
+{{- if and $p.dialect (ne $p.dialect "standard") (ne $p.protocol "createTask") -}}
+{{- $msgs = append $msgs (printf "providers[%d] (%s): dialect %q is for a createTask provider." $i $p.name $p.dialect) -}}
+{{- end -}}
 {{- $priced := keys $p.pricePer1000 | sortAlpha -}}
 {{- if ne (toJson $priced) (toJson ($p.kinds | sortAlpha)) -}}
 {{- $msgs = append $msgs (printf "providers[%d] (%s): pricePer1000 must give a price for exactly its kinds (%s), got %s." $i $p.name (join ", " $p.kinds) (join ", " $priced)) -}}
