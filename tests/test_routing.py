@@ -11,7 +11,8 @@ simulator processes (one as CaptchaAI, thread-billed; one as a per-solve provide
 * a ``createTask`` provider (the simulator's JSON API, ``--profile anticaptcha``: UNSOLVABLE charged) takes both the
   kind CaptchaAI lacks and, with CaptchaAI refusing the workers' key (its breaker open), every other task, under a
   cap with room for 12 of 20: the spend never above the cap at any 50 ms sample, the ledger equal to the
-  simulator's own charge to the micro-unit, and the provider's balance (``getBalance``) on the workers' metrics.
+  simulator's own charge to the micro-unit, and the provider's balance (``getBalance``) on the workers' metrics;
+* a provider losing every ``createTask`` reply while CaptchaAI is out: each attempt charged, MAX_ATTEMPTS of them.
 """
 
 from __future__ import annotations
@@ -242,3 +243,32 @@ async def test_a_createtask_provider_takes_the_overflow_under_the_cap(
 
 async def _breakers_open(procs: list[WorkerProc]) -> bool:
     return all(any(e["state"] == "open" for e in p.events("captchaai_breaker")) for p in procs)
+
+
+async def test_a_maybe_charged_attempt_counts_while_captchaai_is_out(
+        redis_server: RedisServer, redis: Redis, producer: CaptchaQueue, tmp_path: Path) -> None:
+    """CaptchaAI out (its breaker open) and a createTask provider that creates every task and loses the reply
+    (``--fault lost=1``): each attempt is MaybeCharged, settled at its price. Such an attempt counts towards
+    MAX_ATTEMPTS even while the breaker is open (an outage is otherwise no failure of the task's), so the task is
+    dead-lettered after 3 charges instead of being resent, charged again each time, until its deadline."""
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "paid").mkdir()
+    with simulator(tmp_path / "plan", "--threads", "1", "--speed", str(SPEED), "--seed", "7", "--keys", OTHER_KEY,
+                   "--ban-after", "0") as plan, \
+            simulator(tmp_path / "paid", "--profile", "anticaptcha", "--threads", "50", "--speed", str(SPEED),
+                      "--seed", "8", "--balance", "10", "--fault", "lost=1") as paid:
+        env = env_of(redis_server.url, plan, PROVIDERS=createtask_providers(paid, hour=5.0), MAX_ATTEMPTS="3",
+                     HTTP_TIMEOUT_SECONDS="2")
+        with workers(1, env, tmp_path) as procs:
+            await wait_until(lambda: _breakers_open(procs), 30, "the worker's breaker open (CaptchaAI: no plan)")
+            await _past_an_hours_start(redis)
+            tid = await producer.submit("turnstile", TURNSTILE, deadline=30)
+            out = await producer.result(tid, timeout=40)
+            st = await Spend(redis, "captcha").state()
+            no_crash(procs)
+        ps = paid.stats()
+    print(f"maybe charged while CaptchaAI is out: {out}; provider createTask charges {ps['charges']}; "
+          f"ledger {st.totals}")
+    assert isinstance(out, Failed) and out.code == "MAX_ATTEMPTS_EXCEEDED", out
+    assert ps["charges"] == 3, "one charged createTask per attempt, MAX_ATTEMPTS of them"
+    assert st.totals == {"anticaptcha|turnstile": 3 * AC_PRICE} and st.reserved == 0, "each settled at its price"

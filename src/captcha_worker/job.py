@@ -33,6 +33,7 @@ from captcha_worker import methods, metrics
 from captcha_worker.budget import stray_unit
 from captcha_worker.captchaai import (
     FatalApiError,
+    MaybeCharged,
     Resume,
     Solution,
     SolveStats,
@@ -358,6 +359,9 @@ class JobRunner:
             await self._finish(job, task, Result(task.id, Status.ERROR, code=exc.code, text=describe(exc.code),
                                                  provider=provider.name))
             return
+        except MaybeCharged as exc:  # settled at its price: an attempt, even while CaptchaAI is out
+            await self._retry_later(job, task, f"{provider.name}: {exc.code}", spent=True)
+            return
         except (TransientError, FatalApiError) as exc:  # the provider's: never this worker's FATAL (CaptchaAI's)
             await self._retry_later(job, task, f"{provider.name}: {exc.code}")
             return
@@ -393,8 +397,11 @@ class JobRunner:
             await self._finish(job, task, Result(task.id, Status.ERROR, code=Code.SOLVE_TIMEOUT,
                                                  text=describe(Code.SOLVE_TIMEOUT)))
 
-    async def _retry_later(self, job: Job, task: Task, code: str) -> None:
-        if self.host.overflow_mode():  # CaptchaAI's breaker is open: the outage is not the task's fault
+    async def _retry_later(self, job: Job, task: Task, code: str, *, spent: bool = False) -> None:
+        """Put the task back (a failure counted towards MAX_ATTEMPTS), or give up after the last attempt. While
+        CaptchaAI's breaker is open no failure is counted (the outage is not the task's fault), except for an attempt
+        that was `spent` (a provider's MaybeCharged, settled at its price): those stay bounded by MAX_ATTEMPTS."""
+        if not spent and self.host.overflow_mode():
             metrics.RETRIES.labels("requeue").inc()
             await self._release(job, failure=False, front=False, why=f"{code} (CaptchaAI's breaker open)")
             return
