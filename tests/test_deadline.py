@@ -16,9 +16,13 @@ from redis.asyncio import Redis
 from captcha_worker.client import CaptchaQueue, Expired, Outcome, Solved, TaskSpec
 from captcha_worker.config import ConfigError, providers_from_env
 from captcha_worker.deadline import EWMA_WEIGHT, Line, ServiceTimes, Waiting, late, would_miss
+from captcha_worker.queue import Keys, RedisQueue
 from captcha_worker.spend import Spend
+from tests.helpers import task_body
 from tests.procs import RedisServer, SimProc, simulator, workers
 from tests.test_routing import PKEY, TURNSTILE, _past_an_hours_start, env_of, no_crash
+
+KEYS = Keys("captcha")
 
 
 def w(i: int, deadline: float | None, service_s: float = 2.0, routable: bool = True) -> Waiting:
@@ -79,6 +83,24 @@ def test_the_switch_defaults_on_and_takes_only_a_boolean() -> None:
     assert on is not None and on.on_deadline and off is not None and not off.on_deadline
     with pytest.raises(ConfigError, match="on_deadline must be true or false"):
         providers_from_env({"PROVIDERS": json.dumps({**doc, "on_deadline": "yes"})})
+
+
+# -- CLAIM_LATE and the peek on a real redis-server ------------------------------------------------------------------
+async def test_claim_late_takes_named_ids_once_without_units(redis_server: RedisServer, redis: Redis) -> None:
+    q = RedisQueue(redis, "captcha")
+    await q.push([(f"t{i}", task_body(f"t{i}")) for i in range(6)], ttl=3600)
+    peeked = await q.peek_pending(4)
+    assert [i for i, _ in peeked] == ["t0", "t1", "t2", "t3"] and all(b and '"turnstile"' in b for _, b in peeked)
+    # two workers claim overlapping ids at once: each id is claimed by one of them, the rest stay in line in order
+    a, b = await asyncio.gather(q.claim_late(["t1", "t3", "t5"], lease_s=30, worker="wa"),
+                                q.claim_late(["t3", "t5", "nosuch"], lease_s=30, worker="wb"))
+    got = [c.item for c in a.items] + [c.item for c in b.items]
+    assert sorted(got) == ["t1", "t3", "t5"], got
+    assert all(c.unit is None and c.body for c in [*a.items, *b.items]), "no plan-thread unit"
+    assert await redis.zcard(KEYS.budget) == 0
+    assert await redis.lrange(KEYS.pending, 0, -1) == ["t0", "t2", "t4"]
+    assert sorted(await redis.lrange(KEYS.processing, 0, -1)) == ["t1", "t3", "t5"]
+    assert await redis.zcard(KEYS.leases) == 3
 
 
 # -- real processes ------------------------------------------------------------------------------------------------
