@@ -101,6 +101,25 @@ def test_error_shapes(status: int, body: bytes, exc: type[Exception], code: str)
     assert info.value.code == code  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("endpoint", ["in", "res_get", "res_threadsinfo", "res_reportbad"])
+def test_a_bare_number_is_a_balance_only(endpoint: str) -> None:
+    """A plain body that is only a number is what a plain getbalance answers (v1.balance); to any other method it
+    is no reply (a proxy's or a broken server's body): never a task id, never an answer."""
+    with pytest.raises(TransientError) as info:
+        parse_reply(200, b"12345", endpoint)
+    assert info.value.code == "NON_JSON"
+    assert parse_reply(200, b"12.5", "res_getbalance").request == "12.5"
+
+
+async def test_a_bare_number_to_res_get_is_retried_not_taken_as_the_answer(api: CaptchaAI,
+                                                                            mock: aioresponses) -> None:
+    mock.post(IN, payload={"status": 1, "request": "42"})
+    mock.post(RES, body="0")
+    mock.post(RES, payload={"status": 1, "request": "tok"})
+    sol = await api.solve(TURNSTILE, "turnstile", {"sitekey": "s", "pageurl": "p"}, deadline=_in(10))
+    assert sol.answer.request == "tok"
+
+
 def test_not_ready_in_both_formats() -> None:
     assert parse_reply(200, b"CAPCHA_NOT_READY", "res_get").extra.get("not_ready")
     assert parse_reply(200, b'{"status":0,"request":"CAPCHA_NOT_READY"}', "res_get").extra.get("not_ready")

@@ -146,6 +146,8 @@ def parse_reply(status: int, body: bytes, endpoint: str) -> Reply:
     reply = v1_client.read_reply(body)
     if isinstance(reply, v1_client.Refusal):
         raise api_error(reply.code, endpoint, reply.detail)
+    if reply.bare and endpoint != "res_getbalance":  # a bare number answers getbalance only: not an id, an answer
+        raise api_error(Code.NON_JSON, endpoint, "unexpected body")
     return reply
 
 

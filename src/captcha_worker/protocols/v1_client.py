@@ -31,11 +31,14 @@ _NUMBER_RE: Final = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:e[-+][0-9]+)?")
 class Reply:
     """A success, decoded: ``request`` is its value as text (a task id, an answer, ``OK``, a balance, a status
     word) and ``extra`` the JSON reply's other fields; ``CAPCHA_NOT_READY`` is ``extra == {"not_ready": True}``.
-    ``plain``: it came as plain text (``OK|...``), where :func:`answer_of` and :func:`threads_of` split the value."""
+    ``plain``: it came as plain text (``OK|...``), where :func:`answer_of` and :func:`threads_of` split the value.
+    ``bare``: a plain body that is a number and nothing else, which only a plain ``getbalance`` reply is
+    (:func:`.v1.balance`): the client of any other method refuses it (``captchaai.parse_reply``)."""
 
     request: str
     extra: Mapping[str, Any]
     plain: bool = False
+    bare: bool = False
 
     @property
     def not_ready(self) -> bool:
@@ -71,8 +74,10 @@ def read_reply(body: bytes) -> Reply | Refusal:
     if ((text.startswith(_CODE_PREFIXES) or text == Code.MAX_USER_TURN)
             and text.replace("_", "").isalnum() and len(text) < 64):
         return Refusal(text)
-    if text.startswith("OK_") or _NUMBER_RE.fullmatch(text):  # reportbad: OK_REPORT_RECORDED; a balance
+    if text.startswith("OK_"):  # reportbad: OK_REPORT_RECORDED
         return Reply(text, {}, plain=True)
+    if _NUMBER_RE.fullmatch(text):  # a plain balance
+        return Reply(text, {}, plain=True, bare=True)
     return Refusal(Code.NON_JSON, "unexpected body")
 
 
