@@ -12,7 +12,8 @@ simulator processes (one as CaptchaAI, thread-billed; one as a per-solve provide
   kind CaptchaAI lacks and, with CaptchaAI refusing the workers' key (its breaker open), every other task, under a
   cap with room for 12 of 20: the spend never above the cap at any 50 ms sample, the ledger equal to the
   simulator's own charge to the micro-unit, and the provider's balance (``getBalance``) on the workers' metrics;
-* a provider losing every ``createTask`` reply while CaptchaAI is out: each attempt charged, MAX_ATTEMPTS of them.
+* a provider losing every ``createTask`` reply while CaptchaAI is out: each attempt charged, MAX_ATTEMPTS of them;
+* a paid solve that times out at the provider is answered SOLVE_TIMEOUT, never submitted again.
 """
 
 from __future__ import annotations
@@ -272,3 +273,27 @@ async def test_a_maybe_charged_attempt_counts_while_captchaai_is_out(
     assert isinstance(out, Failed) and out.code == "MAX_ATTEMPTS_EXCEEDED", out
     assert ps["charges"] == 3, "one charged createTask per attempt, MAX_ATTEMPTS of them"
     assert st.totals == {"anticaptcha|turnstile": 3 * AC_PRICE} and st.reserved == 0, "each settled at its price"
+
+
+async def test_a_paid_solve_that_times_out_at_the_provider_is_not_resubmitted(
+        redis_server: RedisServer, redis: Redis, producer: CaptchaQueue, sims: tuple[SimProc, SimProc],
+        tmp_path: Path) -> None:
+    """A task without a deadline that the provider takes and never answers within SOLVE_TIMEOUT_SECONDS: its
+    reservation is left to expire into a charge (the provider may bill it), and the task is answered SOLVE_TIMEOUT
+    as a CaptchaAI solve that timed out is. It is not put back as if it had never got a thread (the job's own
+    polls are 0 for a paid solve): that resubmitted it, a charge each time, until its reservation ids ran out."""
+    plan, paid = sims
+    paid.configure(latency={"hcaptcha": "100000:0"})  # taken, never answered in time
+    with workers(1, env_of(redis_server.url, plan, PROVIDERS=providers(paid), SOLVE_TIMEOUT_SECONDS="3"),
+                 tmp_path) as procs:
+        await _past_an_hours_start(redis)
+        tid = await producer.submit("hcaptcha", HCAPTCHA)
+        out = await producer.result(tid, timeout=30)
+        st = await Spend(redis, "captcha").state()
+        no_crash(procs)
+    ps = paid.stats()
+    print(f"paid solve timed out: {out}; provider submissions {ps['submitted']}; spend hour {st.hour} "
+          f"(reserved {st.reserved})")
+    assert isinstance(out, Failed) and out.code == "SOLVE_TIMEOUT", out
+    assert ps["submitted"] == 1, "the task was submitted again after the provider had taken it"
+    assert st.hour == 1450, "the one submission counted at its price (reserved until it expires into a charge)"

@@ -340,6 +340,11 @@ class JobRunner:
         assert overflow is not None
         await self.host.drop_unit(job)
         deadline, pause = self._deadline(task), _CAP_RETRY_S / self.cfg.time_scale
+        ids: list[str] = []  # the provider's ids: a timeout after one is a solve that timed out, not a wait
+
+        def submitted(captcha_id: str, _window_s: float) -> None:
+            ids.append(captcha_id)
+
         metrics.IN_FLIGHT.inc()
         try:
             while True:
@@ -347,7 +352,7 @@ class JobRunner:
                     async with self.host.provider_slot(provider.name):
                         paid = await overflow.solve(task.id, provider, task.kind, task.method, task.params,
                                                     deadline=deadline, unsolvable_retries=self.cfg.unsolvable_retries,
-                                                    tenant=task.tenant or "")
+                                                    tenant=task.tenant or "", on_submit=submitted)
                     break
                 except OverCap:
                     if time.time() + pause >= deadline or not self.host.may_solve():
@@ -366,7 +371,7 @@ class JobRunner:
             await self._retry_later(job, task, f"{provider.name}: {exc.code}")
             return
         except SolveTimeout:
-            await self._timed_out(job, task)
+            await self._timed_out(job, task, submitted=bool(ids))
             return
         finally:
             metrics.IN_FLIGHT.dec()
@@ -380,16 +385,17 @@ class JobRunner:
             metrics.RETRIES.labels("requeue").inc()
             await self._release(job, failure=False, front=False, why="spend cap reached")
 
-    async def _timed_out(self, job: Job, task: Task, *, outage: bool = False) -> None:
+    async def _timed_out(self, job: Job, task: Task, *, outage: bool = False, submitted: bool = False) -> None:
         """`outage`: CaptchaAI's breaker is open (its polls went unanswered): no failure of the task's, it goes
-        back to be solved at a provider."""
+        back to be solved at a provider. `submitted`: a provider took the task (a paid solve; its polls are not
+        the job's), so it timed out solving, not waiting for capacity: never resubmitted for free."""
         if task.expired(time.time()):
             await self._finish(job, task, Result(task.id, Status.EXPIRED, code=Code.DEADLINE_PASSED,
                                                  text="the task's deadline passed while it was being solved"))
         elif outage:
             metrics.RETRIES.labels("requeue").inc()
             await self._release(job, failure=False, front=False, why="no answer from CaptchaAI (breaker open)")
-        elif job.stats.polls == 0:
+        elif job.stats.polls == 0 and not submitted:
             # never got a thread: capacity is not the task's fault, so no failure is counted
             metrics.RETRIES.labels("requeue").inc()
             await self._release(job, failure=False, front=False, why="no free thread within the solve timeout")

@@ -118,8 +118,9 @@ class Overflow:
 
     async def solve(self, task_id: str, provider: ProviderConfig, kind: methods.Kind, method: str,
                     params: Mapping[str, str], *, deadline: float, unsolvable_retries: int = 1,
-                    tenant: str = "") -> PaidSolution:
-        """Reserve, solve at `provider`, settle, per round; raises OverCap, or what CaptchaAI.solve raises. The
+                    tenant: str = "", on_submit: OnSubmit | None = None) -> PaidSolution:
+        """Reserve, solve at `provider`, settle, per round; raises OverCap, or what CaptchaAI.solve raises
+        (`on_submit`: told each id the provider gave, as the client's on_submit). The
         ledger's label is ``<provider>|<kind>``, with the task's tenant ``<provider>|<kind>|<tenant>``."""
         api, price = self.clients[provider.name], provider.price_micro(kind.name)
         ttl_s = api.solve_window(kind) + _EXPIRY_MARGIN_S / api.poll_scale  # (API_TIME_SCALE, like the window)
@@ -129,7 +130,7 @@ class Overflow:
             rid, n = await self._reserve(provider, task_id, n, price=price, ttl_s=ttl_s, label=label)
             stats = SolveStats()
             submitted: list[str] = []
-            note: OnSubmit = _recorder(submitted)
+            note: OnSubmit = _recorder(submitted, on_submit)
             try:
                 solution = await api.solve(kind, method, params, deadline=deadline, unsolvable_retries=0,
                                            stats=stats, on_submit=note)
@@ -184,10 +185,13 @@ def parse_label(label: str) -> tuple[str, str, str]:
     return parts[0], parts[1] if len(parts) > 1 else "", parts[2] if len(parts) > 2 else ""
 
 
-def _recorder(ids: list[str]) -> OnSubmit:
-    """An on_submit that records the ids in.php gave (a round with none submitted nothing to be charged for)."""
-    def note(captcha_id: str, _window_s: float) -> None:
+def _recorder(ids: list[str], then: OnSubmit | None = None) -> OnSubmit:
+    """An on_submit that records the ids in.php gave (a round with none submitted nothing to be charged for), and
+    tells `then`."""
+    def note(captcha_id: str, window_s: float) -> None:
         ids.append(captcha_id)
+        if then is not None:
+            then(captcha_id, window_s)
     return note
 
 
