@@ -290,7 +290,7 @@ def test_limit_holds_the_lower_limit_and_a_raise_changes_nothing(redis_server: A
     assert raise_.returncode == 0 and raise_.stdout.strip() == (
         "queue 'captcha': limit 20 held 30s by rollout-other; effective limit 6, 0 units in use")
     assert json.loads(again.stdout)["budget_limit"] == 8, "the holder's 6 was replaced by its 8"
-    assert sorted(members) == ["16:old-pod", "20:rollout-other", "8:rollout-rel"]
+    assert sorted(members) == ["16:old-pod", "20:hold:rollout-other", "8:hold:rollout-rel"]
     assert all(KEY not in p.stdout + p.stderr for p in (low, raise_, again))
 
 

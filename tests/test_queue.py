@@ -28,6 +28,7 @@ from captcha_worker.queue import (
     is_raw_item,
 )
 from captcha_worker.task import Result, Status, payload_view
+from captcha_worker.worker import default_worker_id
 from tests.procs import RedisServer
 
 #: lease s, prefixes, max bytes, dead cap, worker, its limit (none), the tenants' waiting lists
@@ -283,11 +284,33 @@ async def test_a_workers_limit_replaces_its_earlier_ones_and_its_goodbye_removes
     await q.budget.hold_limit("w-1x", 6, hold_s=60)  # another holder, whose name starts the same
     await any_redis.zadd(q.keys.limits, {"3:w-1": 2**40})  # a registration whose answer never came back
     await q.heartbeat("w-1", limit=12)
-    assert sorted(await any_redis.zrange(q.keys.limits, 0, -1)) == ["12:w-1", "6:w-1x"]
+    assert sorted(await any_redis.zrange(q.keys.limits, 0, -1)) == ["12:w-1", "6:hold:w-1x"]
     await any_redis.zadd(q.keys.limits, {"3:w-1": 2**40})
     await q.forget_worker("w-1")
-    assert await any_redis.zrange(q.keys.limits, 0, -1) == ["6:w-1x"]
+    assert await any_redis.zrange(q.keys.limits, 0, -1) == ["6:hold:w-1x"]
     assert await any_redis.zscore(q.keys.workers, "w-1") is None
+
+
+async def test_a_hold_named_like_a_worker_and_that_worker_never_drop_each_others_limit(
+        q: RedisQueue, any_redis: Redis) -> None:
+    """A hold (``captcha-worker limit --holder``) and a worker's entry live in two namespaces of {q}:limits: a hold
+    named like a worker id survives that worker's heartbeat and goodbye, and the hold (and its replacement) leaves
+    the worker's limit in place. The Lua that drops a worker's entries is the one older workers run too."""
+    await q.heartbeat("pod-1-ab12", limit=10)
+    await q.budget.hold_limit("pod-1-ab12", 6, hold_s=60)
+    assert sorted(await any_redis.zrange(q.keys.limits, 0, -1)) == ["10:pod-1-ab12", "6:hold:pod-1-ab12"]
+    await q.heartbeat("pod-1-ab12", limit=12)
+    assert sorted(await any_redis.zrange(q.keys.limits, 0, -1)) == ["12:pod-1-ab12", "6:hold:pod-1-ab12"]
+    await q.forget_worker("pod-1-ab12")
+    assert await any_redis.zrange(q.keys.limits, 0, -1) == ["6:hold:pod-1-ab12"]
+    assert (await q.budget.state()).limit == 6, "the hold outlives the worker's goodbye"
+    await q.heartbeat("pod-1-ab12", limit=4)
+    await q.budget.hold_limit("pod-1-ab12", 8, hold_s=60)  # replaces the hold, not the worker's 4
+    assert sorted(await any_redis.zrange(q.keys.limits, 0, -1)) == ["4:pod-1-ab12", "8:hold:pod-1-ab12"]
+    assert (await q.budget.state()).limit == 4
+    with pytest.raises(ValueError, match="no ':'"):
+        await q.heartbeat("hold:pod-1-ab12", limit=20)  # no worker id reaches the holds' namespace
+    assert ":" not in default_worker_id()
 
 
 async def test_a_full_budget_stops_the_claim_and_leaves_the_item_first(q: RedisQueue, any_redis: Redis) -> None:

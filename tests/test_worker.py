@@ -408,7 +408,7 @@ async def test_a_held_lower_limit_takes_effect_at_once_for_live_workers_then_exp
         assert "effective limit 2" in proc.stdout and KEY not in proc.stdout + proc.stderr
         # The hold runs 8 s of server time from the CLI's call, not from its exit (which a loaded machine delays):
         # only samples taken while it is in force are judged.
-        hold_ends = await redis.zscore(Keys("captcha").limits, "2:rollout-t")
+        hold_ends = await redis.zscore(Keys("captcha").limits, "2:hold:rollout-t")
         assert hold_ends is not None, "the hold is in force"
         samples: list[tuple[int, int]] = []  # (live units, of them taken after the hold)
         while True:
@@ -418,7 +418,7 @@ async def test_a_held_lower_limit_takes_effect_at_once_for_live_workers_then_exp
             samples.append((len(now), len(now - at_hold)))
             await asyncio.sleep(0.05)
         await wait_until(lambda: sim.stats().in_flight == 6, 15, "the workers' 6 solves again (the hold expired)")
-        expiry, (sec, usec) = await redis.zscore(Keys("captcha").limits, "2:rollout-t"), await redis.time()
+        expiry, (sec, usec) = await redis.zscore(Keys("captcha").limits, "2:hold:rollout-t"), await redis.time()
     assert len(at_hold) > 2 and samples, (at_hold, samples)
     assert all(live <= 2 for live, new in samples if new), samples  # a unit taken after the hold: fewer than 2 in use
     assert min(live for live, _ in samples) <= 2 and any(new for _, new in samples), samples

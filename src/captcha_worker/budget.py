@@ -12,8 +12,14 @@ Keys (their rows are in ``queue``'s key table too):
   a solve of a worker that lost its task to another one (it stalled past its lease) and submitted all the same.
 * ``{q}:limits`` (zset) ``<limit>:<worker id> -> expiry``: the limit each live worker enforces
   (``CAPTCHAAI_THREADS``, or the plan's threads when ``threadsinfo`` reports fewer), renewed with its heartbeat.
-  A *hold* (``captcha-worker limit``, the chart's pre-upgrade hook) is an entry of the same form whose holder is no
-  worker (``<limit>:rollout-<release>``): nobody renews it, it expires at the time it was given.
+  A *hold* (``captcha-worker limit``, the chart's pre-upgrade hook) is an entry ``<limit>:hold:<holder>``
+  (``<limit>:hold:rollout-<release>``, :func:`hold_member`): nobody renews it, it expires at the time it was given.
+  A worker id never contains ``:`` (:func:`limit_member` refuses one), so the part after ``<limit>:`` of a hold
+  (``hold:<holder>``) is never a worker's id: a worker's HEARTBEAT / FORGET, which drop the entries of its id, leave
+  every hold alone (an older worker's script too: the Lua is unchanged), and a hold replaces the holder's earlier
+  hold, never a worker's entry. A hold written by a CLI before this mark (``<limit>:<holder>``) is read as a worker's
+  entry of that name until it expires (at most its ``--hold``); a new hold of the holder does not replace it (the
+  smaller of the two applies until then).
 
 The *effective limit* is the smallest limit a live worker enforces, the caller's own included: raising threads
 takes effect once no live worker enforces a lower limit; lowering takes effect at once, because no claim takes a
@@ -54,9 +60,20 @@ def stray_unit(task_id: str, captcha_id: str) -> str:
     return f"{UNIT_PREFIX}{task_id}{STRAY_MARK}{captcha_id}"
 
 
+HOLD_MARK = "hold:"
+
+
 def limit_member(worker_id: str, limit: int) -> str:
-    """A worker's (or a hold's) entry in ``{q}:limits``: the one format ``_HOLD`` writes too."""
+    """A worker's entry in ``{q}:limits``. A worker id holds no ``:`` (``worker.default_worker_id``): a hold's entry
+    (:func:`hold_member`) is never taken for a worker's."""
+    if ":" in worker_id:
+        raise ValueError(f"a worker id holds no ':' (got {worker_id!r})")
     return f"{limit}:{worker_id}"
+
+
+def hold_member(holder: str, limit: int) -> str:
+    """A hold's entry in ``{q}:limits``: ``<limit>:hold:<holder>``, a namespace no worker id reaches."""
+    return f"{limit}:{HOLD_MARK}{holder}"
 
 
 class Budget:
@@ -89,10 +106,11 @@ class Budget:
             await cast(Awaitable[Any], self.redis.zrem(self.units, *units))
 
     async def hold_limit(self, holder: str, limit: int, *, hold_s: float) -> BudgetState:
-        """Enforce `limit` for `hold_s` seconds (server time) under `holder`, a name no worker uses (an earlier hold
-        of the holder is replaced); returns the state in effect then. Lower than the others: in effect at once (no
-        claim takes a unit while the units in use reach it); higher: no change (the smallest limit applies)."""
-        effective, in_use = await self._hold(keys=[self.units, self.limits], args=[limit_member(holder, limit), hold_s])
+        """Enforce `limit` for `hold_s` seconds (server time) under `holder` (entry :func:`hold_member`, apart from
+        every worker's; an earlier hold of the holder is replaced); returns the state in effect then. Lower than the
+        others: in effect at once (no claim takes a unit while the units in use reach it); higher: no change (the
+        smallest limit applies)."""
+        effective, in_use = await self._hold(keys=[self.units, self.limits], args=[hold_member(holder, limit), hold_s])
         return BudgetState.of(int(effective), int(in_use))
 
     async def limit(self, *, own: int = UNLIMITED) -> int | None:

@@ -43,8 +43,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from redis import exceptions as rexc
 
+from captcha_worker import budget, methods, metrics
 from captcha_worker import log as logs
-from captcha_worker import methods, metrics
 from captcha_worker.breaker import Breaker, Policy, State
 from captcha_worker.captchaai import CapacityError, CaptchaAI, FatalApiError, RetryPolicy, TaskFailed, TransientError
 from captcha_worker.codes import Code
@@ -97,7 +97,8 @@ class Phase(enum.Enum):
 
 
 def default_worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+    """``<host>-<pid>-<4 hex>``, never with a ``:`` (``budget.limit_member``: a hold's entry is never a worker's)."""
+    return f"{socket.gethostname().replace(':', '-')}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
 class Worker:
@@ -122,6 +123,7 @@ class Worker:
                                            for k in methods.KINDS if k.captchaai})
         self._late_next = 0.0  # monotonic: the next look at pending for tasks that would miss their deadline
         self.id = worker_id or default_worker_id()
+        budget.limit_member(self.id, 0)  # refuses an id with a ':' now, not at the first heartbeat
         self.phase = Phase.RUNNING
         self._started = False  # ready once its limit is registered and its loops and metrics are up
         self.fatal_code: str | None = None

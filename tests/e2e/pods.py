@@ -576,7 +576,7 @@ def scenario_3(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     rel.upgrade("worker.logLevel=debug")
     changed = kjson("-n", rel.ns, "get", "deploy", rel.worker)["spec"]["template"]["metadata"]["annotations"]
     expect(changed["checksum/config"] != template["checksum/config"], "the logLevel upgrade did not change the pods")
-    r, holder = rel.redis(), f":rollout-{rel.name}"
+    r, holder = rel.redis(), f":hold:rollout-{rel.name}"
 
     def holds() -> list[str]:
         return [m for m in cast(list[str], r.zrange("{captcha}:limits", 0, -1)) if m.endswith(holder)]
@@ -800,7 +800,7 @@ def _lowered(rel: Release, threads: int, f: dict[str, Any]) -> int:
     t, r = time.monotonic(), rel.redis()
     thread = threading.Thread(target=upgrade, daemon=True)
     thread.start()
-    wait_until_blocking(lambda: r.zscore("{captcha}:limits", f"{threads}:rollout-{rel.name}") is not None,
+    wait_until_blocking(lambda: r.zscore("{captcha}:limits", f"{threads}:hold:rollout-{rel.name}") is not None,
                         180, f"the pre-upgrade hook's limit of {threads} in Redis", interval=0.2, not_yet=NOT_YET)
     f["limit_held_after_s"] = round(time.monotonic() - t, 1)
     f["new_pods_at_hold"] = len({p["metadata"]["name"] for p in rel.worker_pods()} - old_pods)

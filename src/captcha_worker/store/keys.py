@@ -53,8 +53,9 @@ key                        type    meaning
 ``{q}:budget``             zset    Plan-thread budget: ``t:<task id>`` -> expiry, one unit per solve that may
                                    be running at CaptchaAI (``budget``: taken by the claim, held past a
                                    worker's death or drain while the API may still be solving).
-``{q}:limits``             zset    ``<limit>:<worker>`` -> expiry: the limit each live worker enforces; the
-                                   smallest one is the budget (``budget``).
+``{q}:limits``             zset    ``<limit>:<worker>`` / ``<limit>:hold:<holder>`` -> expiry: the limit each
+                                   live worker enforces, and each hold; the smallest one is the budget
+                                   (``budget``).
 ``{q}:tenants``            hash    The share table: tenant -> ``"<threads> <reserved>"`` (``shares``),
                                    published whole by the gateway (SHARES). A tenant's in-flight solves are
                                    its budget units (``t:gw:<tenant>:…``).

@@ -1,7 +1,7 @@
 -- BUDGET_HOLD (budget.Budget.hold_limit): a limit held by a holder that is no worker -> limits
 -- KEYS[1] units  KEYS[2] limits
--- ARGV[1] member (budget.limit_member)  ARGV[2] hold s
--- Registers the member until hold s from now, replacing an earlier entry of the same holder; returns {effective
+-- ARGV[1] member (budget.hold_member: '<limit>:hold:<holder>', never a worker's)  ARGV[2] hold s
+-- Registers the member until hold s from now, replacing an earlier hold of the same holder; returns {effective
 -- limit, units in use}.
 --! include now
 --! include limits

@@ -1,4 +1,6 @@
--- limits: the entries of {q}:limits, '<limit>:<holder>' (budget.limit_member): one per holder, a worker or a hold.
+-- limits: the entries of {q}:limits, '<limit>:<holder>': one per holder, a worker ('<limit>:<worker id>',
+-- budget.limit_member) or a hold ('<limit>:hold:<holder>', budget.hold_member). A worker id holds no ':', so a
+-- hold's holder ('hold:<holder>') is never a worker's id: neither drops the other's entries.
 -- luacheck: push ignore 211
 local LIMIT_HOLDER = '^%d+:(.*)$'
 -- remove every entry of `holder` but `keep` (nil: all of them): a holder's new limit replaces its earlier one,
