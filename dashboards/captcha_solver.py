@@ -15,6 +15,8 @@ TITLE = "captcha-solver"
 DESCRIPTION = ("captcha-solver: solves, latency, queue, CaptchaAI plan threads, API calls, cost and failures. "
                "Every query uses the worker's metrics only (docs/metrics.md).")
 MONTH_S = 2592000  # 30 days: the cost figure's month
+#: the `provider` label of the plan's own API requests (captcha_worker.metrics.PLAN_PROVIDER)
+PLAN_PROVIDER = "captchaai"
 
 PLAN = Row("Plan & budget", (
     Stat("Plan threads / budget",
@@ -132,23 +134,28 @@ QUEUE = Row("Queue & solves", (
 
 API = Row("CaptchaAI API", (
     Graph("API calls per solve",
-          "in.php + res.php?action=get calls per solved task, and the average number of res.php polls per "
-          "finished task. High values: the poll schedule is too eager or tasks are resubmitted.",
-          (Q("API calls per solve", f"sum({rate('api_requests_total', api_endpoint='~in|res_get')}) / "
-                                    f"sum({rate('tasks_total', outcome='solved')})"),
+          "CaptchaAI's in.php + res.php?action=get calls (provider captchaai: not the overflow providers') per "
+          "solved task, and the average number of res.php polls per finished task. High values: the poll schedule "
+          "is too eager or tasks are resubmitted.",
+          (Q("API calls per solve",
+             f"sum({rate('api_requests_total', provider=PLAN_PROVIDER, api_endpoint='~in|res_get')}) / "
+             f"sum({rate('tasks_total', outcome='solved')})"),
            Q("polls per task", f"sum({rate('polls_per_solve_sum')}) / sum({rate('polls_per_solve_count')})")),
           w=6),
     Graph("API errors by code",
           "CaptchaAI replies other than OK and CAPCHA_NOT_READY, per second, by code (codes outside the known set "
-          "are OTHER).",
-          (Q("{{code}}", f"sum by (code) ({rate('api_requests_total', code='!OK|CAPCHA_NOT_READY')})"),),
+          "are OTHER; provider captchaai: the overflow providers' replies are not counted here).",
+          (Q("{{code}}", "sum by (code) "
+                         f"({rate('api_requests_total', provider=PLAN_PROVIDER, code='!OK|CAPCHA_NOT_READY')})"),),
           w=6, unit="reqps"),
     Graph("Retries by class",
           "capacity: no free plan thread (ERROR_ZERO_BALANCE and the like); transient: 5xx, timeouts, resets; "
           "unsolvable: resubmitted after ERROR_CAPTCHA_UNSOLVABLE; requeue: task put back on the queue.",
           (Q("{{class}}", f"sum by (class) ({rate('retries_total')})"),), w=6, unit="reqps"),
-    Graph("API latency p95 by endpoint", "HTTP request latency of CaptchaAI calls.",
-          (Q("{{api_endpoint}}", quantile(0.95, "api_request_duration_seconds", by="api_endpoint")),),
+    Graph("API latency p95 by endpoint",
+          "HTTP request latency of CaptchaAI calls (provider captchaai: not the overflow providers').",
+          (Q("{{api_endpoint}}",
+             quantile(0.95, "api_request_duration_seconds", by="api_endpoint", provider=PLAN_PROVIDER)),),
           w=6, unit="s"),
     Graph("Solves resumed and answers reported",
           "Solves left running at CaptchaAI by a worker that died, drained past its grace or failed its polls, "

@@ -31,10 +31,11 @@ def rate(name: str, window: str = "$__rate_interval", gateway: bool = False, **l
     return f"rate({m(name, gateway, **labels)}[{window}])"
 
 
-def quantile(q: float, histogram: str, by: str = "", gateway: bool = False) -> str:
-    """``histogram_quantile`` over a histogram's buckets summed over the release (and ``by`` labels)."""
+def quantile(q: float, histogram: str, by: str = "", gateway: bool = False, **labels: str) -> str:
+    """``histogram_quantile`` over a histogram's buckets summed over the release (and ``by`` labels); `labels`
+    select the series as in :func:`m`."""
     group = f"le, {by}" if by else "le"
-    return f"histogram_quantile({q}, sum by ({group}) ({rate(f'{histogram}_bucket', gateway=gateway)}))"
+    return f"histogram_quantile({q}, sum by ({group}) ({rate(f'{histogram}_bucket', gateway=gateway, **labels)}))"
 
 
 @dataclass(frozen=True)

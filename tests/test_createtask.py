@@ -45,7 +45,7 @@ READY = {"errorId": 0, "status": "ready", "solution": {"token": "0.tok"}, "cost"
 
 @pytest.fixture
 async def api() -> AsyncIterator[JsonApi]:
-    async with JsonApi(Secret(KEY), BASE, retry=FAST, poll_scale=1000, http_timeout_s=5) as client:
+    async with JsonApi(Secret(KEY), BASE, provider="jsonapi", retry=FAST, poll_scale=1000, http_timeout_s=5) as client:
         yield client
 
 
@@ -226,7 +226,7 @@ async def test_polls_are_at_least_2s_apart_and_at_most_120(mock: aioresponses) -
     async def sleep(s: float) -> None:
         slept.append(s)
 
-    async with JsonApi(Secret(KEY), BASE, retry=FAST, poll_scale=1.0) as api:
+    async with JsonApi(Secret(KEY), BASE, provider="jsonapi", retry=FAST, poll_scale=1.0) as api:
         mock.post(CREATE, payload={"errorId": 0, "taskId": 3})
         mock.post(RESULT, payload={"errorId": 0, "status": "processing"}, repeat=True)
         with pytest.raises(SolveTimeout, match="120 polls"):
@@ -271,7 +271,8 @@ async def test_the_key_goes_in_the_body_only(api: JsonApi, mock: aioresponses) -
 
 
 async def test_capsolvers_dialect_sends_its_own_type_names(mock: aioresponses) -> None:
-    async with JsonApi(Secret(KEY), BASE, retry=FAST, poll_scale=1000, http_timeout_s=5, dialect="capsolver") as cs:
+    async with JsonApi(Secret(KEY), BASE, provider="capsolver", retry=FAST, poll_scale=1000, http_timeout_s=5,
+                       dialect="capsolver") as cs:
         mock.post(CREATE, payload={"errorId": 0, "taskId": "u-1", "status": "idle"})
         mock.post(RESULT, payload=READY)
         assert (await solve(cs)).answer.request == "0.tok"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,9 +22,9 @@ from redis.asyncio import Redis
 from captcha_worker import log, methods
 from captcha_worker.captchaai import ApiError, CaptchaAI, MaybeCharged, RetryPolicy, TaskFailed
 from captcha_worker.codes import Code
-from captcha_worker.config import ProvidersConfig, providers_from_env
+from captcha_worker.config import ProvidersConfig, WorkerConfig, providers_from_env
 from captcha_worker.createtask import JsonApi
-from captcha_worker.overflow import OverCap, Overflow, key_watchers, ledger_label, parse_label
+from captcha_worker.overflow import OverCap, Overflow, ProviderPool, key_watchers, ledger_label, parse_label
 from captcha_worker.spend import Spend
 from tests.helpers import run_cli, secret_volume
 from tests.procs import SimProc, simulator, workers
@@ -61,7 +62,7 @@ async def overflow_of(redis: Redis, sim: SimProc) -> AsyncIterator[Any]:
     sim.configure(faults={"unsolvable": 0.0})
     sim.reset()
     async with CaptchaAI(providers(sim).providers[0].key, sim.url, poll_scale=SPEED,
-                         retry=RetryPolicy.scaled(SPEED)) as api:
+                         retry=RetryPolicy.scaled(SPEED), provider="twocaptcha") as api:
         def make(**kw: Any) -> Overflow:
             return Overflow(Spend(redis, "captcha"), providers(sim, **kw), {"twocaptcha": api})
         yield make
@@ -240,6 +241,12 @@ async def test_the_operator_sees_balance_spend_and_cap_from_a_running_worker(red
         while balance() != 1.5:
             assert time.monotonic() - changed < 3 * 5, "not re-polled within 3 intervals"
             await asyncio.sleep(0.2)
+        # the plan's requests (threadsinfo, its balance) under captchaai, the provider's under its name
+        series = re.findall(r'^captcha_solver_api_requests_total\{([^}]*)\} (\S+)$', w.http("/metrics")[1], re.M)
+        by = {(dict(re.findall(r'(\w+)="([^"]*)"', lbl))["provider"],
+               dict(re.findall(r'(\w+)="([^"]*)"', lbl))["api_endpoint"]) for lbl, _ in series}
+        assert ("captchaai", "res_threadsinfo") in by and ("twocaptcha", "res_getbalance") in by, by
+        assert {prov for prov, _ in by} == {"captchaai", "twocaptcha"} and ("twocaptcha", "res_threadsinfo") not in by
         logs = w.logs()
     sim.configure(balance=10.0)
     assert PKEY not in logs
@@ -284,7 +291,7 @@ async def ac_overflow_of(redis: Redis, ac_sim: SimProc) -> AsyncIterator[Any]:
     ac_sim.configure(faults={"unsolvable": 0.0, "slow": 0.0})
     ac_sim.reset()
     async with JsonApi(ac_providers(ac_sim).providers[0].key, ac_sim.url, poll_scale=SPEED,
-                       retry=RetryPolicy.scaled(SPEED), http_timeout_s=0.5) as api:
+                       retry=RetryPolicy.scaled(SPEED), http_timeout_s=0.5, provider="anticaptcha") as api:
         def make(**kw: Any) -> Overflow:
             return Overflow(Spend(redis, "captcha"), ac_providers(ac_sim, **kw), {"anticaptcha": api})
         yield make
@@ -382,7 +389,7 @@ async def test_a_capsolver_dialect_provider_solves_at_the_simulator_and_skips_ki
     pc = providers_from_env({"PROVIDERS": json.dumps({"providers": [entry], "cap": {"hour": 5.0, "day": 50.0}})})
     assert pc is not None
     async with JsonApi(pc.providers[0].key, ac_sim.url, poll_scale=SPEED, retry=RetryPolicy.scaled(SPEED),
-                       http_timeout_s=0.5, dialect="capsolver") as api:
+                       http_timeout_s=0.5, dialect="capsolver", provider="capsolver") as api:
         ov = Overflow(Spend(redis, "captcha"), pc, {"capsolver": api})
         assert ov.provider_for("grid") is None
         p = ov.provider_for("turnstile")
@@ -392,3 +399,36 @@ async def test_a_capsolver_dialect_provider_solves_at_the_simulator_and_skips_ki
     assert (paid.provider, paid.cost_micro) == ("capsolver", AC_PRICE) and paid.solution.answer.request
     st = ac_sim.stats()
     assert (st["submitted"], st["charged_micro"]) == (1, AC_PRICE)
+
+
+def _api_calls(provider: str, endpoint: str) -> tuple[float, float]:
+    """(api_requests_total summed over codes, api_request_duration_seconds_count) of one provider and endpoint."""
+    requests = sum(REGISTRY.get_sample_value("captcha_solver_api_requests_total",
+                                             {"provider": provider, "api_endpoint": endpoint, "code": code}) or 0.0
+                   for code in ("OK", "OTHER", "TIMEOUT", "CONNECTION_ERROR", "HTTP_5XX"))
+    timed = REGISTRY.get_sample_value("captcha_solver_api_request_duration_seconds_count",
+                                      {"provider": provider, "api_endpoint": endpoint}) or 0.0
+    return requests, timed
+
+
+async def test_each_providers_requests_are_counted_under_its_name_never_captchaai(redis: Redis, sim: SimProc,
+                                                                                  ac_sim: SimProc) -> None:
+    """The pool's clients (a res.php and a createTask provider) label their requests with the provider's configured
+    name: the dashboard's and the alerts' provider="captchaai" (the plan) never count an overflow provider's."""
+    doc = {"providers": [
+        {"name": "twocaptcha", "protocol": "res.php", "url": sim.url, "key": PKEY, "kinds": ["turnstile"],
+         "price_per_1000": {"turnstile": 1.45}},
+        {"name": "anticaptcha", "protocol": "createTask", "url": ac_sim.url, "key": PKEY, "kinds": ["turnstile"],
+         "price_per_1000": {"turnstile": 2.0}}], "cap": {"hour": 5.0, "day": 50.0}}
+    cfg = WorkerConfig.from_env({"CAPTCHAAI_KEY": "k" * 32, "CAPTCHAAI_THREADS": "2", "REDIS_URL": "redis://x",
+                                 "PROVIDERS": json.dumps(doc)})
+    watched = [("twocaptcha", "res_getbalance"), ("anticaptcha", "get_balance"), ("captchaai", "res_getbalance"),
+               ("captchaai", "get_balance"), ("twocaptcha", "get_balance"), ("anticaptcha", "res_getbalance")]
+    before = {w: _api_calls(*w) for w in watched}
+    async with ProviderPool(cfg, redis) as pool:
+        await pool.poll_balances()
+        after = {w: _api_calls(*w) for w in watched}
+    delta = {w: (after[w][0] - before[w][0], after[w][1] - before[w][1]) for w in watched}
+    for w in (("twocaptcha", "res_getbalance"), ("anticaptcha", "get_balance")):
+        assert delta[w][0] >= 1 and delta[w][0] == delta[w][1], (w, delta[w])  # counted and timed, once each
+    assert all(delta[w] == (0, 0) for w in watched[2:]), delta

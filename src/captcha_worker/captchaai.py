@@ -218,8 +218,11 @@ class CaptchaAI:
     def __init__(self, key: Secret, base_url: str = "https://ocr.captchaai.com", *,
                  http_timeout_s: float = 30.0, poll_timeout_s: float = 5.0, retry: RetryPolicy | None = None,
                  poll_scale: float = 1.0, max_connections: int = 100, pingback: Hub | None = None,
-                 paid: bool = False) -> None:
+                 paid: bool = False, provider: str = metrics.PLAN_PROVIDER) -> None:
+        """`provider`: the `provider` label of this client's API metrics (an overflow provider's configured name;
+        the plan's client keeps captchaai)."""
         self._key = key
+        self.provider = provider
         #: a per-solve provider's client (overflow): an in.php that may have created a task is never resent
         #: (MaybeCharged), only one that certainly had no effect
         self.paid = paid
@@ -290,8 +293,8 @@ class CaptchaAI:
             code = Code.CONNECTION_ERROR
             raise api_error(code, endpoint, type(exc).__name__) from None
         finally:
-            metrics.API_REQUESTS.labels(endpoint, metrics.code_label(code)).inc()
-            metrics.API_LATENCY.labels(endpoint).observe(time.monotonic() - started)
+            metrics.API_REQUESTS.labels(self.provider, endpoint, metrics.code_label(code)).inc()
+            metrics.API_LATENCY.labels(self.provider, endpoint).observe(time.monotonic() - started)
             if self.observe is not None:
                 self.observe(code)
 

@@ -89,9 +89,11 @@ class JsonApi:
 
     def __init__(self, key: Secret, base_url: str, *, http_timeout_s: float = 30.0, poll_timeout_s: float = 5.0,
                  retry: RetryPolicy | None = None, poll_scale: float = 1.0, max_connections: int = 100,
-                 dialect: str = "standard") -> None:
-        """`dialect`: the provider's spelling of the task types (``jsonapi_tasks.DIALECTS``)."""
+                 dialect: str = "standard", provider: str) -> None:
+        """`dialect`: the provider's spelling of the task types (``jsonapi_tasks.DIALECTS``); `provider`: its
+        configured name, the `provider` label of its API metrics."""
         self._key = key
+        self.provider = provider
         self.dialect = dialect
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
@@ -150,8 +152,8 @@ class JsonApi:
             code = Code.CONNECTION_ERROR.value
             raise self._maybe(method, api_error(code, endpoint, type(exc).__name__)) from None
         finally:
-            metrics.API_REQUESTS.labels(endpoint, metrics.code_label(code)).inc()
-            metrics.API_LATENCY.labels(endpoint).observe(time.monotonic() - started)
+            metrics.API_REQUESTS.labels(self.provider, endpoint, metrics.code_label(code)).inc()
+            metrics.API_LATENCY.labels(self.provider, endpoint).observe(time.monotonic() - started)
 
     @staticmethod
     def _maybe(method: str, exc: ApiError) -> ApiError:

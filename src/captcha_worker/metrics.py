@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable
+from typing import Final
 
 from aiohttp import web
 from prometheus_client import (
@@ -113,10 +114,14 @@ PLAN_MONTHLY_PRICE = Gauge(f"{PREFIX}plan_monthly_price", "Plan price per month 
 BALANCE = Gauge(f"{PREFIX}balance", "Account balance as reported by res.php?action=getbalance.")
 # `api_endpoint`, not `endpoint`: prometheus-operator gives every ServiceMonitor target an `endpoint` label (the
 # port name), which would rename ours to `exported_endpoint`. Same for namespace, pod, service, job, instance.
+#: the `provider` label of the plan's own requests (an overflow provider's is its configured name, never captchaai)
+PLAN_PROVIDER: Final = "captchaai"
 API_REQUESTS = Counter(f"{PREFIX}api_requests_total",
-                       "API requests (CaptchaAI, overflow providers) by endpoint and result.", ["api_endpoint", "code"])
+                       "API requests by provider (captchaai: the plan; else an overflow provider's name), endpoint "
+                       "and result.", ["provider", "api_endpoint", "code"])
 API_LATENCY = Histogram(f"{PREFIX}api_request_duration_seconds",
-                        "API HTTP request latency (CaptchaAI, overflow providers).", ["api_endpoint"],
+                        "API HTTP request latency by provider (captchaai: the plan; else an overflow provider's "
+                        "name) and endpoint.", ["provider", "api_endpoint"],
                         buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 POLLS = Histogram(f"{PREFIX}polls_per_solve", "res.php?action=get calls per solved or failed task.",
                   ["method"], buckets=POLL_BUCKETS)

@@ -247,10 +247,10 @@ class ProviderPool:
         if p.protocol == "createTask":
             return JsonApi(p.key, p.url, http_timeout_s=cfg.http_timeout_seconds,
                            poll_timeout_s=cfg.http_poll_timeout_seconds, retry=retry, poll_scale=scale,
-                           max_connections=p.concurrency, dialect=p.dialect)
+                           max_connections=p.concurrency, dialect=p.dialect, provider=p.name)
         return CaptchaAI(p.key, p.url, http_timeout_s=cfg.http_timeout_seconds,
                          poll_timeout_s=cfg.http_poll_timeout_seconds, retry=retry, poll_scale=scale,
-                         max_connections=p.concurrency, paid=True)
+                         max_connections=p.concurrency, paid=True, provider=p.name)
 
     async def __aexit__(self, *exc: object) -> None:
         for t in self._tasks:
