@@ -26,6 +26,7 @@ TIERS: dict[str, str] = {
     "tests/test_connection.py": FAST,
     "tests/test_dashboard.py": FAST,
     "tests/test_docs.py": FAST,
+    "tests/test_e2e_pods.py": FAST,  # tests/e2e/pods.py's managedFields reader on saved objects
     "tests/test_gateway.py": FAST,
     "tests/test_gateway_clients.py": INTEGRATION,  # the client libraries through the gateway
     "tests/test_gateway_jsonapi.py": FAST,

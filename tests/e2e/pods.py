@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import itertools
 import json
 import os
 import re
@@ -1087,10 +1086,26 @@ def yaml_value(path: Path, *keys: str) -> Any:
 
 # ---------------------------------------------------------------------------------------------------- upgrades
 def replicas_owners(obj: dict[str, Any]) -> list[str]:
-    """The field managers of the Deployment's .spec.replicas (manager/operation[/subresource])."""
+    """The field managers of the Deployment's .spec.replicas (manager/operation[/subresource]), e.g.
+    helm/Apply, kubectl/Update/scale; [] when none owns it: the API server records no manager for an Update of the
+    /scale subresource while none owns the field (tests/test_e2e_pods.py, on objects saved from a real cluster)."""
     return [f"{m.get('manager')}/{m.get('operation')}" + (f"/{m['subresource']}" if m.get("subresource") else "")
             for m in obj.get("metadata", {}).get("managedFields", [])
             if "f:replicas" in m.get("fieldsV1", {}).get("f:spec", {})]
+
+
+def replicas_changes(events: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every change of the Deployment's .spec.replicas in a watch's (seconds, object) events, with the field's
+    managers in the object that carries the change: an Apply (Helm 4) owns the fields it names, a tracked Update
+    (Helm 3's patch, /scale once a manager owned the field) takes over the fields it changes."""
+    out: list[dict[str, Any]] = []
+    last: int | None = None
+    for t, obj in events:
+        count = int(obj.get("spec", {}).get("replicas", 1))
+        if last is not None and count != last:
+            out.append({"t": round(t, 1), "from": last, "to": count, "owners": replicas_owners(obj)})
+        last = count
+    return out
 
 
 def scenario_upgrades(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
@@ -1134,6 +1149,9 @@ def scenario_upgrades(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
                 break
             durations.append(round(time.monotonic() - t, 1))
         end = time.monotonic() - t0
+        # the live object with its managedFields, as the parser reads them (tests/test_e2e_pods.py's fixture)
+        live = kjson("-n", rel.ns, "get", "deploy", rel.worker, "--show-managed-fields")
+        (rel.results / f"{rel.helm}-upgrades-deployment.json").write_text(json.dumps(live, indent=1) + "\n")
     finally:
         stop.set()
         loader.join(60)
@@ -1146,18 +1164,29 @@ def scenario_upgrades(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
         raise errors[0]
     window = [(t, obj) for t, _, obj in deploy.events if start <= t <= end]
     helm_owned = sorted({o for _, obj in window for o in replicas_owners(obj) if o.startswith("helm")})
+    changes = [c for c in replicas_changes([(t, obj) for t, _, obj in deploy.events]) if start <= c["t"] <= end]
+    (rel.results / f"{rel.helm}-upgrades-replicas-changes.json").write_text(json.dumps(changes, indent=1) + "\n")
+    # no count the window saw was written by anything but /scale (the HPA, KEDA's 0 <-> 1): a change owned by a
+    # manager without /scale (Helm's Apply or Update) is an upgrade setting the count. No owner at all is an untracked
+    # /scale write: the API server tracks no manager for an Update of /scale while no manager owns .spec.replicas
+    # (SkipNonApplied: the scale view's managedFields are empty), which is the case once Helm never set the field
+    not_by_scale = [c for c in changes if any(not o.endswith("/scale") for o in c["owners"])]
     counts = [int(obj.get("spec", {}).get("replicas", 1)) for _, obj in window]
     desired = [int(obj.get("status", {}).get("desiredReplicas", 0)) for t, _, obj in hpa.events if start <= t <= end]
-    setters = sorted({o for _, obj in window for o in replicas_owners(obj)})
+    setters = sorted({o for c in changes for o in c["owners"]})
     f.update(upgrades=len(durations), upgrade_failures=failures, conflicts=rel.figures.get("ssa_replicas_conflicts", 0),
              retries=0, upgrade_s_median=sorted(durations)[len(durations) // 2] if durations else None,
              upgrade_s_max=max(durations, default=None), window_s=round(end - start, 1),
              replicas_min=min(counts, default=None), replicas_max=max(counts, default=None),
              hpa_desired_min=min(desired, default=None), hpa_desired_max=max(desired, default=None),
-             replicas_changes=sum(1 for a, b in itertools.pairwise(counts) if a != b), replicas_owners=setters,
+             replicas_changes=len(changes), replicas_owners=setters, replicas_changes_not_by_scale=not_by_scale,
+             replicas_changes_untracked=sum(1 for c in changes if not c["owners"]),
              helm_owned_replicas=helm_owned, tasks=len(submitted), solved=len(outcome.get("solved", [])))
     expect(not failures, f"{len(failures)} of {count} upgrades failed (none is retried): {failures}")
     expect(not helm_owned, f"Helm owned .spec.replicas during the upgrades ({helm_owned}): it set the count")
+    expect(bool(changes) and not not_by_scale,
+           f"every change of the count should be the HPA's or KEDA's (through /scale): {len(changes)} changes, "
+           f"owned otherwise: {not_by_scale}")
     expect(f["hpa_desired_min"] is not None and f["hpa_desired_min"] <= 1 and f["hpa_desired_max"] == n,
            f"the HPA did not scale between 1 and {n} during the upgrades: desired {f['hpa_desired_min']}.."
            f"{f['hpa_desired_max']}")
