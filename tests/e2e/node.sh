@@ -388,13 +388,16 @@ node_stop_proc() {  # node_stop_proc NAME: TERM its process group, KILL after ST
 }
 
 node_unmount() {  # every mount under the state dir, deepest first
-  local m left
+  # /proc/mounts names the physical path: with .tools a symlink (a git worktree sharing a checkout's tools) $STATE
+  # matched none of them, every pod volume stayed mounted and `rm -rf $STATE` failed with EBUSY
+  local m left d
+  d=$(cd "$STATE" && pwd -P)/
   for _ in 1 2 3; do
-    left=$(awk -v d="$STATE/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r)
+    left=$(awk -v d="$d" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r)
     [ -n "$left" ] || return 0
     for m in $left; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
   done
-  left=$(awk -v d="$STATE/" 'index($2, d) == 1 {print $2}' /proc/mounts)
+  left=$(awk -v d="$d" 'index($2, d) == 1 {print $2}' /proc/mounts)
   [ -z "$left" ] || { log "mounts left: $left"; return 1; }
 }
 

@@ -26,7 +26,7 @@ its pods really running.
 
 With --release the pull of the worker image by the kubelet (its Pulled event) is measured at each install, the
 image first removed from the node (E2E_CRICTL) so that every Helm's release pulls it. previous, key, upgrades and
-checklist are not in the default set: they have not run on a cluster yet (tests/e2e/README.md).
+checklist are not in the default set (their cluster runs and times: tests/e2e/README.md).
 
 Every measured figure goes to <results>/figures.json and is printed at the end. Needs: KUBECONFIG and PATH from
 pods.sh (kubectl, helm3, helm4), and the project's .venv (redis-py; the captcha-worker CLI as the producer).
@@ -1108,6 +1108,10 @@ def replicas_changes(events: list[tuple[float, dict[str, Any]]]) -> list[dict[st
     return out
 
 
+#: the HPA controller's sync period on the e2e cluster (cluster.sh: --horizontal-pod-autoscaler-sync-period=5s)
+HPA_SYNC_S = 5.0
+
+
 def scenario_upgrades(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     """E2E_PODS_UPGRADES (20) `helm upgrade`s, one after the other, while a load in waves makes the HPA scale the
     workers between 1 and N = 5 (a burst of 30 tasks, then one task at a time): every upgrade succeeds at its first
@@ -1171,6 +1175,11 @@ def scenario_upgrades(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     # /scale write: the API server tracks no manager for an Update of /scale while no manager owns .spec.replicas
     # (SkipNonApplied: the scale view's managedFields are empty), which is the case once Helm never set the field
     not_by_scale = [c for c in changes if any(not o.endswith("/scale") for o in c["owners"])]
+    # and each new count is one the HPA asked for: it writes desiredReplicas to its status in the reconcile that
+    # scaled, so an HPA status with that count lies within one sync period of the change (an upgrade resetting the
+    # count would show a change no HPA status asked for)
+    asked = [(t, int(obj.get("status", {}).get("desiredReplicas", -1))) for t, _, obj in hpa.events]
+    unasked = [c for c in changes if not any(abs(t - c["t"]) <= HPA_SYNC_S and d == c["to"] for t, d in asked)]
     counts = [int(obj.get("spec", {}).get("replicas", 1)) for _, obj in window]
     desired = [int(obj.get("status", {}).get("desiredReplicas", 0)) for t, _, obj in hpa.events if start <= t <= end]
     setters = sorted({o for c in changes for o in c["owners"]})
@@ -1181,12 +1190,14 @@ def scenario_upgrades(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
              hpa_desired_min=min(desired, default=None), hpa_desired_max=max(desired, default=None),
              replicas_changes=len(changes), replicas_owners=setters, replicas_changes_not_by_scale=not_by_scale,
              replicas_changes_untracked=sum(1 for c in changes if not c["owners"]),
+             replicas_changes_not_asked_by_the_hpa=unasked,
              helm_owned_replicas=helm_owned, tasks=len(submitted), solved=len(outcome.get("solved", [])))
     expect(not failures, f"{len(failures)} of {count} upgrades failed (none is retried): {failures}")
     expect(not helm_owned, f"Helm owned .spec.replicas during the upgrades ({helm_owned}): it set the count")
     expect(bool(changes) and not not_by_scale,
            f"every change of the count should be the HPA's or KEDA's (through /scale): {len(changes)} changes, "
            f"owned otherwise: {not_by_scale}")
+    expect(not unasked, f"changes of the count no HPA status asked for within {HPA_SYNC_S}s: {unasked}")
     expect(f["hpa_desired_min"] is not None and f["hpa_desired_min"] <= 1 and f["hpa_desired_max"] == n,
            f"the HPA did not scale between 1 and {n} during the upgrades: desired {f['hpa_desired_min']}.."
            f"{f['hpa_desired_max']}")
