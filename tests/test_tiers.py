@@ -25,6 +25,7 @@ TIERS: dict[str, str] = {
     "tests/test_config.py": FAST,
     "tests/test_connection.py": FAST,
     "tests/test_dashboard.py": FAST,
+    "tests/test_deadline.py": FAST,  # the predictor and CLAIM_LATE; but for MIXED's two worker-process runs
     "tests/test_docs.py": FAST,
     "tests/test_e2e_pods.py": FAST,  # tests/e2e/pods.py's managedFields reader on saved objects
     "tests/test_gateway.py": FAST,
@@ -42,6 +43,7 @@ TIERS: dict[str, str] = {
     "tests/test_pingback_processes.py": FAST,
     "tests/test_planner.py": FAST,  # but for MIXED's 90 s run
     "tests/test_processes.py": FAST,  # worker processes (~35 s)
+    "tests/test_protocol_v1.py": FAST,  # the v1 replies read back by the client
     "tests/test_routing.py": INTEGRATION,  # workers routing to a provider: 2 simulator processes (~60 s)
     "tests/test_producer.py": FAST,  # the producer library against a stack (~60 s)
     "tests/test_queue.py": FAST,
@@ -77,6 +79,9 @@ TIERS: dict[str, str] = {
 #: single tests of a file in another tier than the file's (node id without parameters)
 MIXED: dict[str, str] = {
     "tests/test_planner.py::test_recommended_configuration_behaves_like_the_model": INTEGRATION,  # 90 s of solves
+    "tests/test_deadline.py::test_tasks_that_would_miss_go_to_the_provider_under_the_cap_the_rest_wait":
+        INTEGRATION,  # a worker process, two simulators
+    "tests/test_deadline.py::test_with_routing_on_a_deadline_off_the_backlog_waits_for_captchaai": INTEGRATION,
     "tests/chart/test_dockerfile.py::test_wheel_installs_into_a_fresh_venv_like_the_image": INTEGRATION,  # wheel + venv
 }
 #: what each make target selects (`make unit` is the fast tier without lint)
