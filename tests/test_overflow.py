@@ -152,6 +152,26 @@ async def test_an_id_left_by_an_earlier_owner_is_not_reused(overflow_of: Any, si
     assert (await spend.record("twocaptcha:r1:1") or "").startswith("S|1450|1450|")
 
 
+async def test_a_task_whose_reservation_ids_are_all_taken_is_refused_as_such_not_as_over_cap(
+        overflow_of: Any, sim: SimProc, redis: Redis) -> None:
+    """The task's 8 reservation ids at the provider exist already (8 earlier submissions): the solve raises
+    RoundsUsed (MAX_ATTEMPTS_EXCEEDED) before the provider sees it, never OverCap ("spend cap reached"): the cap
+    has all the room in the world."""
+    ov: Overflow = overflow_of()
+    p = ov.provider_for("turnstile")
+    assert p is not None
+    spend = Spend(redis, "captcha")
+    for i in range(8):
+        assert (await spend.reserve(f"twocaptcha:r8:{i}", 1450, cap=ov.cap, ttl_s=60, label=LABEL)).ok
+    with pytest.raises(Exception) as err:
+        await ov.solve("r8", p, TURNSTILE, "turnstile", PARAMS, deadline=time.time() + 60)
+    assert not isinstance(err.value, OverCap), f"the cap was blamed: {err.value}"
+    assert type(err.value).__name__ == "RoundsUsed" and getattr(err.value, "code", None) == "MAX_ATTEMPTS_EXCEEDED"
+    assert str(err.value) == "twocaptcha: 8 paid submissions of this task reserved already; none more is made"
+    assert sim.stats()["submitted"] == 0
+    assert await spend.record("twocaptcha:r8:8") is None, "no ninth reservation"
+
+
 
 async def test_a_rotated_provider_key_file_is_used_from_the_next_solve(redis: Redis, sim: SimProc,
                                                                         tmp_path: Path) -> None:

@@ -13,7 +13,9 @@ simulator processes (one as CaptchaAI, thread-billed; one as a per-solve provide
   cap with room for 12 of 20: the spend never above the cap at any 50 ms sample, the ledger equal to the
   simulator's own charge to the micro-unit, and the provider's balance (``getBalance``) on the workers' metrics;
 * a provider losing every ``createTask`` reply while CaptchaAI is out: each attempt charged, MAX_ATTEMPTS of them;
-* a paid solve that times out at the provider is answered SOLVE_TIMEOUT, never submitted again.
+* a paid solve that times out at the provider is answered SOLVE_TIMEOUT, never submitted again;
+* a task whose reservation ids at the provider are all taken (submitted there that often) is dead-lettered
+  MAX_ATTEMPTS_EXCEEDED with that reason at once, not held until its deadline as if the spend cap were reached.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from redis.asyncio import Redis
 
 from captcha_worker.client import CaptchaQueue, Expired, Failed, Outcome, Solved
 from captcha_worker.queue import Keys
-from captcha_worker.spend import HOUR_S, Spend, to_micro
+from captcha_worker.spend import HOUR_S, Cap, Spend, to_micro
 from tests.helpers import wait_until
 from tests.procs import RedisServer, SimProc, WorkerProc, simulator, workers
 
@@ -297,3 +299,32 @@ async def test_a_paid_solve_that_times_out_at_the_provider_is_not_resubmitted(
     assert isinstance(out, Failed) and out.code == "SOLVE_TIMEOUT", out
     assert ps["submitted"] == 1, "the task was submitted again after the provider had taken it"
     assert st.hour == 1450, "the one submission counted at its price (reserved until it expires into a charge)"
+
+
+async def test_a_task_whose_reservation_ids_are_used_up_is_dead_lettered_not_blamed_on_the_cap(
+        redis_server: RedisServer, redis: Redis, producer: CaptchaQueue, sims: tuple[SimProc, SimProc],
+        tmp_path: Path) -> None:
+    """The task's 8 reservation ids at the provider exist (8 earlier submissions, e.g. a task resumed that often):
+    the worker answers MAX_ATTEMPTS_EXCEEDED and dead-letters it, naming the used submissions, without sending it
+    to the provider, instead of waiting for a cap that has room and answering "spend cap reached"."""
+    plan, paid = sims
+    tid = await producer.submit("hcaptcha", HCAPTCHA, deadline=15)  # before any worker: its ids are taken first
+    spend = Spend(redis, "captcha")
+    for i in range(8):
+        assert (await spend.reserve(f"twocaptcha:{tid}:{i}", 1450, cap=spend_cap(), ttl_s=120,
+                                    label="twocaptcha|hcaptcha")).ok
+    with workers(1, env_of(redis_server.url, plan, PROVIDERS=providers(paid)), tmp_path) as procs:
+        out = await producer.result(tid, timeout=30)
+        dead = [json.loads(d) for d in await redis.lrange(KEYS.dead, 0, -1)]
+        no_crash(procs)
+    print(f"reservation ids used up: {out}; dead letters {[(d.get('code'), d.get('reason')) for d in dead]}")
+    assert isinstance(out, Failed) and out.code == "MAX_ATTEMPTS_EXCEEDED", out
+    assert out.text == "twocaptcha: 8 paid submissions of this task reserved already; none more is made"
+    assert "spend cap" not in (out.text or "")
+    assert [(d.get("id"), d.get("code")) for d in dead] == [(tid, "MAX_ATTEMPTS_EXCEEDED")], dead
+    assert paid.stats()["submitted"] == 0
+    assert await spend.record(f"twocaptcha:{tid}:8") is None, "no ninth reservation"
+
+
+def spend_cap() -> Cap:
+    return Cap(hour=to_micro("5.0"), day=to_micro("50.0"))

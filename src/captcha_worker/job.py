@@ -47,7 +47,7 @@ from captcha_worker.codes import Code
 from captcha_worker.config import ProviderConfig, WorkerConfig
 from captcha_worker.log import event
 from captcha_worker.methods import Answer, Kind
-from captcha_worker.overflow import OverCap, Overflow, PaidSolution
+from captcha_worker.overflow import OverCap, Overflow, PaidSolution, RoundsUsed
 from captcha_worker.spend import money
 from captcha_worker.store.keys import Text, is_raw_item, item_ref
 from captcha_worker.store.records import Ack, Claimed, ClaimFlag, ClaimReply, Record, RecordOutcome, dead_entry
@@ -372,6 +372,10 @@ class JobRunner:
             return
         except SolveTimeout:
             await self._timed_out(job, task, submitted=bool(ids))
+            return
+        except RoundsUsed as exc:  # submitted that often already (each possibly charged): not the cap's doing
+            await self._bury(job, str(exc), exc.code, task_id=task.id, reply_to=task.reply_to,
+                             view=self._view(task.body()))
             return
         finally:
             metrics.IN_FLIGHT.dec()

@@ -24,7 +24,10 @@ submission whose request went out without a readable reply (a timeout, a reset, 
 protocol, a success without a usable id) is never resent by the client (``CaptchaAI(paid=True)``, ``JsonApi``):
 ``MaybeCharged``.
 
-A reservation the cap refuses raises :class:`OverCap` before anything is sent to the provider. The worker's job
+A reservation the cap refuses raises :class:`OverCap` before anything is sent to the provider. A task whose
+reservation ids at the provider are all taken (``_MAX_IDS`` earlier submissions of it, each possibly charged: a task
+retried or resumed that often) raises :class:`RoundsUsed` (``MAX_ATTEMPTS_EXCEEDED``): the job dead-letters it
+with that reason, never "spend cap reached", which it is not. The worker's job
 (``job.JobRunner._solve_paid``) routes tasks here (docs/operations.md "Cost and overflow"). A provider whose key is
 a file (``key_file``, a mounted Secret) has its key re-read while running (:func:`key_watchers`); the worker's
 :class:`ProviderPool` holds the clients, the key watchers and the operator's view (balance, spend windows, cap).
@@ -80,6 +83,17 @@ class OverCap(Exception):
         self.reservation = reservation
 
 
+class RoundsUsed(Exception):
+    """Every reservation id of the task at the provider is taken: that many submissions of it were made there
+    (each one possibly charged), no further one is. Not the cap: the job dead-letters the task with this code."""
+
+    code = Code.MAX_ATTEMPTS_EXCEEDED
+
+    def __init__(self, provider: str, used: int) -> None:
+        super().__init__(f"{provider}: {used} paid submissions of this task reserved already; none more is made")
+        self.provider, self.used = provider, used
+
+
 class PaidApi(Protocol):
     """What a paid solve needs of a provider's client (CaptchaAI's v1 client, the JSON-API client)."""
 
@@ -119,7 +133,7 @@ class Overflow:
     async def solve(self, task_id: str, provider: ProviderConfig, kind: methods.Kind, method: str,
                     params: Mapping[str, str], *, deadline: float, unsolvable_retries: int = 1,
                     tenant: str = "", on_submit: OnSubmit | None = None) -> PaidSolution:
-        """Reserve, solve at `provider`, settle, per round; raises OverCap, or what CaptchaAI.solve raises
+        """Reserve, solve at `provider`, settle, per round; raises OverCap, RoundsUsed, or what CaptchaAI.solve raises
         (`on_submit`: told each id the provider gave, as the client's on_submit). The
         ledger's label is ``<provider>|<kind>``, with the task's tenant ``<provider>|<kind>|<tenant>``."""
         api, price = self.clients[provider.name], provider.price_micro(kind.name)
@@ -156,7 +170,8 @@ class Overflow:
     async def _reserve(self, provider: ProviderConfig, task_id: str, n: int, *, price: int, ttl_s: float,
                        label: str) -> tuple[str, int]:
         """A fresh reservation id's reservation (an id already used by an earlier owner is skipped: its solve
-        may have been charged); returns (id, the next id number)."""
+        may have been charged); returns (id, the next id number). RoundsUsed when the ids up to `n` + _MAX_IDS
+        are all taken."""
         for i in range(n, n + _MAX_IDS):
             rid = f"{provider.name}:{task_id}:{i}"
             r = await self.spend.reserve(rid, price, cap=self.cap, ttl_s=ttl_s, label=label)
@@ -164,7 +179,7 @@ class Overflow:
                 return rid, i + 1
             if r.outcome in ("over_hour", "over_day"):
                 raise OverCap(r)
-        raise OverCap(Reservation("over_day", 0, 0))  # pragma: no cover - _MAX_IDS earlier owners of one task
+        raise RoundsUsed(provider.name, n + _MAX_IDS)
 
     async def _settle(self, rid: str, cost: int, label: str) -> int:
         settled = await self.spend.settle(rid, cost)
