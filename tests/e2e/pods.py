@@ -1050,7 +1050,7 @@ def scenario_key(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     expect(not f["restarted"], f"pods restarted by the key change: {f['restarted']}")
     expect(f["cleared"] >= 1, "no pod that saw the wrong key resumed (fatal_api_error_cleared)")
     expect(f["solving_again_s"] <= KEY_PICKUP_S, f"solving again {f['solving_again_s']}s after the right key was "
-                                                  f"written: the docs promise {KEY_PICKUP_S}s")
+                                                  f"written: the bound is {KEY_PICKUP_S}s")
     expect(f["solved"] == n, f"{n - f['solved']} of {n} tasks not solved across the key rotation")
     say(f"{rel.helm}: key: {f['pods_at_rotation']} running pods; wrong key in the Secret -> reloaded by every pod "
         f"after {f['wrong_key_reloaded_s']}s, all stopped after {f['wrong_key_rejected_s']}s; right key -> reloaded "
@@ -1058,8 +1058,9 @@ def scenario_key(rel: Release, f: dict[str, Any]) -> dict[str, Any]:
     return f
 
 
-#: docs/operations.md: a key written to the Secret reaches the running pods within 60 s (the kubelet's volume sync,
-#: up to its syncFrequency -- 1 min by default, 10 s here -- plus KEY_RELOAD_SECONDS)
+#: Issue 29's figure: solving again within 60 s of the Secret update. docs/operations.md#key-pickup-time promises
+#: about 2 minutes with a default kubelet (syncFrequency 1 min + its Secret cache + KEY_RELOAD_SECONDS); this node's
+#: kubelet syncs every 10 s (node.sh), so here: 10 s + the cache + KEY_RELOAD_SECONDS (10 s) + one probe and solve
 KEY_PICKUP_S = 60.0
 
 
