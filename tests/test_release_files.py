@@ -274,3 +274,23 @@ def test_the_key_pickup_time_is_said_in_one_place_and_cited() -> None:
                     assert not re.search(r"about (?:a|\d+) minutes?", flat), (
                         f"{path}: a key pickup time of its own, not the one docs/operations.md#key-pickup-time "
                         f"owns: {flat[:300]}")
+
+
+def test_the_in_cluster_producer_recipe_reads_what_the_chart_creates() -> None:
+    """The recipe's Deployment (release `captcha`) reads the embedded Redis's Secret under the key, and connects at
+    the port, that the chart's defaults give; the gateway runbook's Secret keys are the ones the chart writes."""
+    recipe = _section("docs/producer.md", "## From a pod in the cluster")
+    deployment = yaml.safe_load(recipe.split("```yaml\n", 1)[1].split("```", 1)[0])
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    redis = yaml.safe_load((CHART / "values.yaml").read_text())["redis"]
+    ref = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == "captcha-captcha-solver-redis"
+    created = (CHART / "templates" / "redis-secret.yaml").read_text()
+    assert f'  {ref["key"]}: {{{{ include "captcha-solver.redis.password" . | b64enc' in created, (
+        f"the recipe reads key {ref['key']}; the chart's generated Redis Secret writes another")
+    url = f"redis://captcha-captcha-solver-redis.captcha.svc.cluster.local:{redis['port']}/0"
+    assert env["REDIS_URL"]["value"] == url
+    secret = (CHART / "templates" / "gateway-secret.yaml").read_text()
+    runbook = _section("docs/gateway.md", "## Runbook (on Kubernetes)")
+    for suffix in re.findall(r"team-[a-z]\\?\.([a-z-]+)", runbook):
+        assert f"{{{{ .name }}}}.{suffix}:" in secret, f"the gateway runbook names a key .{suffix} the chart lacks"
