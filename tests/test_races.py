@@ -493,6 +493,51 @@ async def test_a_heartbeat_in_flight_never_puts_back_the_limit_the_plan_replaced
     assert in_effect == 4 and exported == 4
 
 
+async def test_a_claim_on_its_way_while_the_plan_changes_never_exports_the_replaced_limit(
+        redis: Redis, redis_server: Any) -> None:
+    """A claim's reply carries the budget as Redis saw it, counted with the worker's own limit when it was sent.
+    Forced: the claim loop's claim, sent with the plan's 2, is held; the plan grows to 4 and its registration is
+    answered (exported: 4); then the held claim goes to Redis, which counts it with its own limit of 2. The worker
+    must not export that 2 over the registration's 4 (before the fix it did, until its next claim: the fast tier
+    failed so once in a fresh-clone run, the claim loop and the plan loop meeting by chance)."""
+    async with SimulatorServer(SimConfig(speed=SPEED, seed=1, threads=2)) as sim, \
+            worker_of(sim, redis_server.url) as w:
+        await asyncio.wait_for(w._plan_read.wait(), 10)
+        real_claim, real_heartbeat, real_set = w.queue.claim_reply, w.queue.heartbeat, w._set_budget
+        registered, next_claim = asyncio.Event(), asyncio.Event()
+        held: list[int] = []
+        exported: list[int | None] = []  # the budget limits the worker set once the registration of 4 answered
+
+        async def heartbeat(worker_id: str, *, limit: int, **kwargs: Any) -> Any:
+            seen = await real_heartbeat(worker_id, limit=limit, **kwargs)
+            if limit == 4:
+                registered.set()  # _register exports it before any other task runs
+            return seen
+
+        async def claim_reply(n: int, *, limit: int, **kwargs: Any) -> Any:
+            if held and registered.is_set():
+                next_claim.set()  # the held claim's reply was observed (the claim loop came round again)
+            elif not held and limit == 2:
+                held.append(limit)
+                sim.simulator.reconfigure(replace(sim.simulator.config, threads=4))
+                w.key_changed()  # the plan loop reads threadsinfo now, follows 4 and registers it
+                await registered.wait()
+            return await real_claim(n, limit=limit, **kwargs)
+
+        def set_budget(limit: int | None, in_use: int) -> None:
+            if registered.is_set():
+                exported.append(limit)
+            real_set(limit, in_use)
+
+        setattr(w.queue, "heartbeat", heartbeat)
+        setattr(w.queue, "claim_reply", claim_reply)
+        setattr(w, "_set_budget", set_budget)
+        await asyncio.wait_for(next_claim.wait(), 30)
+        in_effect = await RedisQueue(redis, w.cfg.queue).budget.limit()
+    assert held == [2] and w.limit == 4 and in_effect == 4
+    assert 2 not in exported and w.budget_limit == 4, f"exported after the plan's registration: {exported}"
+
+
 async def test_a_goodbye_removes_a_limit_whose_registration_was_never_answered(
         redis: Redis, redis_server: Any) -> None:
     """The plan grows from 2 to 4 and the registration of 4 lands, but its answer is never read (Redis slow, the

@@ -132,6 +132,11 @@ class Worker:
         self.compat_list = cfg.compat_queue_list  # None after a CROSSSLOT (Redis Cluster): logged once
         self.limit = cfg.threads  # the limit this worker enforces: CAPTCHAAI_THREADS, or the plan's when fewer
         self._registration = asyncio.Lock()  # one HEARTBEAT (or the goodbye) at a time: `_register`
+        #: registrations answered so far. A claim's reply shows the budget (its limit: min of {q}:limits and this
+        #: worker's own) as Redis saw it; one sent before a registration answered may have counted with the limit
+        #: that registration replaced, so only a claim sent since the last one sets the exported budget
+        self._registered = 0
+        self._ahead_sent: list[int] = []  # `_registered` when each claim riding on an ACK batch was sent
         self.budget_limit: int | None = None  # the effective limit, as last read
         self.plan_threads: int | None = None  # threadsinfo's, as last read
         self.last_pending = 0
@@ -389,6 +394,7 @@ class Worker:
         if room <= 0:
             return 0
         self._reserved += room
+        self._ahead_sent.append(self._registered)
         return room
 
     def claimed_ahead(self, reply: ClaimReply | None, reserved: int) -> None:
@@ -396,8 +402,9 @@ class Worker:
         now, before the acked jobs leave (for an instant this worker runs up to `reserved` jobs more than its
         concurrency; their solves are over, and the budget units are counted in Redis, not here)."""
         self._reserved -= reserved
+        sent_at = self._ahead_sent.pop(0)  # the oldest in flight: never newer than this one's
         if reply is not None:
-            self._observe_claim(reply, reserved)
+            self._observe_claim(reply, reserved, sent_at)
             for c in reply.items:
                 self._start(c)
         self._wake.set()
@@ -424,13 +431,14 @@ class Worker:
                 await self._wait_wake(1.0)
                 continue
             self._reserved += room  # an ACK batch claiming meanwhile leaves these slots to this claim
+            sent_at = self._registered
             try:
                 reply = await self._claim_batch(room)
             finally:
                 self._reserved -= room
             if reply is None:
                 break  # stopping while Redis is unavailable
-            self._observe_claim(reply, room)
+            self._observe_claim(reply, room, sent_at)
             for c in reply.items:
                 self._start(c)
             if reply.items or self._stop.is_set():
@@ -539,13 +547,14 @@ class Worker:
         """Pending is empty: block on BLMOVE (it watches pending only; with a compat list, wake up often enough
         to look at that too)."""
         self._reserved += 1
+        sent_at = self._registered
         try:
             reply = await self._redis_claim("claim_blocking", self.queue.claim_blocking,
                                             timeout_s=0.25 if self.compat_list else 1.0, **self._claim_limits())
         finally:
             self._reserved -= 1
         if reply is not None:
-            self._observe_claim(reply, 1)
+            self._observe_claim(reply, 1, sent_at)
             for c in reply.items:
                 self._start(c)
 
@@ -563,7 +572,7 @@ class Worker:
             self.compat_list = None
             return ClaimReply([], BudgetState(self.budget_limit, 0), False, 0)
 
-    def _observe_claim(self, reply: ClaimReply, room: int) -> None:
+    def _observe_claim(self, reply: ClaimReply, room: int, sent_at: int) -> None:
         """The budget as the claim saw it: metrics, slot-seconds spent waiting for a unit, and whether tasks wait
         for a plan thread (dense polls)."""
         now = time.monotonic()
@@ -573,7 +582,8 @@ class Worker:
         self._waiting_since = now
         self.last_pending = reply.pending
         self._contended = reply.pending > 0 and (reply.budget_full or len(reply.items) >= room)
-        self._set_budget(reply.budget.limit, reply.budget.in_use)
+        if sent_at == self._registered:  # else a registration landed while it was on its way: its view is newer
+            self._set_budget(reply.budget.limit, reply.budget.in_use)
         metrics.BUDGET_HELD.set(self._held + sum(1 for c in reply.items if c.unit))
 
     def _set_budget(self, limit: int | None, in_use: int) -> None:
@@ -681,15 +691,18 @@ class Worker:
         inside the lock, so a call with a limit the plan has since replaced never lands after the new one's
         (it would put the old limit back until it expired, and export it)."""
         async with self._registration:
-            seen = await self._redis("heartbeat", self.queue.heartbeat, self.id, limit=self.limit,
+            limit = self.limit
+            seen = await self._redis("heartbeat", self.queue.heartbeat, self.id, limit=limit,
                                      limit_alive_s=self.cfg.lease_seconds)
             if seen is not None:
-                self._export(seen)
+                self._registered += 1
+                self._export(seen, budget=limit == self.limit)  # a limit replaced meanwhile: its own call tells
 
-    def _export(self, seen: QueueStats) -> None:
+    def _export(self, seen: QueueStats, *, budget: bool) -> None:
         self.last_pending = seen.pending
         metrics.BUDGET_HELD.set(self._held)
-        self._set_budget(seen.budget_limit, seen.budget_in_use)
+        if budget:
+            self._set_budget(seen.budget_limit, seen.budget_in_use)
         metrics.WORKERS_ALIVE.set(seen.workers_alive)
         metrics.QUEUE_DEPTH.labels("pending").set(seen.pending)
         metrics.QUEUE_DEPTH.labels("processing").set(seen.processing)
