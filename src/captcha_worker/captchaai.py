@@ -39,7 +39,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlencode
 
 import aiohttp
@@ -212,20 +212,19 @@ class RetryPolicy:
 Sleep = Callable[[float], Any]
 
 
-class CaptchaAI:
-    """One aiohttp session for every call of a process. Use as ``async with CaptchaAI(...) as api``."""
+class HttpApi:
+    """What a solver API's client holds, whatever its protocol (CaptchaAI's v1 here, the JSON API's
+    ``createtask.JsonApi``): the key (rotated by `set_key`), base URL, retry policy and timeouts, one aiohttp
+    session from ``async with`` to its end, and the learned solve-time model of each kind its polls follow."""
 
-    def __init__(self, key: Secret, base_url: str = "https://ocr.captchaai.com", *,
-                 http_timeout_s: float = 30.0, poll_timeout_s: float = 5.0, retry: RetryPolicy | None = None,
-                 poll_scale: float = 1.0, max_connections: int = 100, pingback: Hub | None = None,
-                 paid: bool = False, provider: str = metrics.PLAN_PROVIDER) -> None:
+    HEADERS: Mapping[str, str] = {"User-Agent": "captcha-solver/1"}
+
+    def __init__(self, key: Secret, base_url: str, *, http_timeout_s: float, poll_timeout_s: float,
+                 retry: RetryPolicy | None, poll_scale: float, max_connections: int, provider: str) -> None:
         """`provider`: the `provider` label of this client's API metrics (an overflow provider's configured name;
         the plan's client keeps captchaai)."""
         self._key = key
         self.provider = provider
-        #: a per-solve provider's client (overflow): an in.php that may have created a task is never resent
-        #: (MaybeCharged), only one that certainly had no effect
-        self.paid = paid
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.poll_scale = poll_scale
@@ -234,13 +233,10 @@ class CaptchaAI:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._latency: dict[str, LatencyModel] = {}
-        self.pingback = pingback  # pingback mode (PINGBACK_URL): callbacks answer, polls are the fallback
-        #: told the outcome code of every request (OK, CAPCHA_NOT_READY, an error code): the worker's breaker
-        self.observe: Callable[[str], None] | None = None
 
     def set_key(self, key: Secret) -> None:
-        """Use `key` from the next request on (a rotated key: keyfile.watch_key_file); requests in flight finish
-        with the key they were sent with."""
+        """Use `key` from the next request on (a rotated key file: keyfile.watch_key_file, overflow.key_watchers);
+        requests in flight finish with the key they were sent with."""
         self._key = key
 
     def latency_model(self, kind: methods.Kind) -> LatencyModel:
@@ -251,16 +247,33 @@ class CaptchaAI:
                                                             kind.solve_stddev_s / self.poll_scale)
         return model
 
-    async def __aenter__(self) -> CaptchaAI:
+    async def __aenter__(self) -> Self:
         self._session = aiohttp.ClientSession(
             timeout=self._timeout, connector=aiohttp.TCPConnector(limit=self._max_connections),
-            headers={"User-Agent": "captcha-solver/1"})
+            headers=dict(self.HEADERS))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+class CaptchaAI(HttpApi):
+    """One aiohttp session for every call of a process. Use as ``async with CaptchaAI(...) as api``."""
+
+    def __init__(self, key: Secret, base_url: str = "https://ocr.captchaai.com", *,
+                 http_timeout_s: float = 30.0, poll_timeout_s: float = 5.0, retry: RetryPolicy | None = None,
+                 poll_scale: float = 1.0, max_connections: int = 100, pingback: Hub | None = None,
+                 paid: bool = False, provider: str = metrics.PLAN_PROVIDER) -> None:
+        super().__init__(key, base_url, http_timeout_s=http_timeout_s, poll_timeout_s=poll_timeout_s, retry=retry,
+                         poll_scale=poll_scale, max_connections=max_connections, provider=provider)
+        #: a per-solve provider's client (overflow): an in.php that may have created a task is never resent
+        #: (MaybeCharged), only one that certainly had no effect
+        self.paid = paid
+        self.pingback = pingback  # pingback mode (PINGBACK_URL): callbacks answer, polls are the fallback
+        #: told the outcome code of every request (OK, CAPCHA_NOT_READY, an error code): the worker's breaker
+        self.observe: Callable[[str], None] | None = None
 
     # low level ----------------------------------------------------------------------------------------
     async def _post_once(self, path: str, endpoint: str, form: aiohttp.FormData | bytes) -> Reply:

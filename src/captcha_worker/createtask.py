@@ -52,6 +52,7 @@ from captcha_worker.captchaai import (
     CAPTCHA_ID_RE,
     ApiError,
     CapacityError,
+    HttpApi,
     MaybeCharged,
     OnSubmit,
     RetryPolicy,
@@ -84,39 +85,19 @@ _NOT_READY: Final = frozenset({"CAPTCHA_NOT_READY", "ERROR_CAPTCHA_NOT_READY"}) 
 _HEADERS: Final = {"Content-Type": "application/json", "User-Agent": "captcha-solver/1"}
 
 
-class JsonApi:
+class JsonApi(HttpApi):
     """One provider's JSON API, one aiohttp session. Use as ``async with JsonApi(...) as api``."""
+
+    HEADERS = _HEADERS
 
     def __init__(self, key: Secret, base_url: str, *, http_timeout_s: float = 30.0, poll_timeout_s: float = 5.0,
                  retry: RetryPolicy | None = None, poll_scale: float = 1.0, max_connections: int = 100,
                  dialect: str = "standard", provider: str) -> None:
         """`dialect`: the provider's spelling of the task types (``jsonapi_tasks.DIALECTS``); `provider`: its
         configured name, the `provider` label of its API metrics."""
-        self._key = key
-        self.provider = provider
+        super().__init__(key, base_url, http_timeout_s=http_timeout_s, poll_timeout_s=poll_timeout_s, retry=retry,
+                         poll_scale=poll_scale, max_connections=max_connections, provider=provider)
         self.dialect = dialect
-        self.base_url = base_url.rstrip("/")
-        self.retry = retry or RetryPolicy()
-        self.poll_scale = poll_scale
-        self._timeout = aiohttp.ClientTimeout(total=http_timeout_s)
-        self._poll_timeout = aiohttp.ClientTimeout(total=min(poll_timeout_s, http_timeout_s))
-        self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
-        self._latency: dict[str, LatencyModel] = {}
-
-    def set_key(self, key: Secret) -> None:
-        """Use `key` from the next request on (a rotated key file: overflow.key_watchers)."""
-        self._key = key
-
-    async def __aenter__(self) -> JsonApi:
-        self._session = aiohttp.ClientSession(
-            timeout=self._timeout, connector=aiohttp.TCPConnector(limit=self._max_connections), headers=_HEADERS)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     def solve_window(self, kind: methods.Kind) -> float:
         """How long a solve of `kind` may take at the provider (the methods table's, scaled)."""
@@ -273,10 +254,7 @@ class JsonApi:
                 await sleep(wait)
 
     def _schedule(self, kind: methods.Kind) -> tuple[LatencyModel, PollSchedule]:
-        model = self._latency.get(kind.name)
-        if model is None:
-            model = self._latency[kind.name] = LatencyModel(kind.solve_mean_s / self.poll_scale,
-                                                            kind.solve_stddev_s / self.poll_scale)
+        model = self.latency_model(kind)
         return model, PollSchedule(model.mean, model.stddev, self.poll_scale)
 
     async def _poll(self, kind: methods.Kind, task_id: int | str, deadline: float, stats: SolveStats,
